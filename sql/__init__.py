@@ -1,0 +1,1 @@
+"""Named SQL blocks shipped with subs; read through subscriptions.queries."""

@@ -1,0 +1,46 @@
+-- name: for_table
+SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), WATCH_COLUMNS, WHEN_CONDITION, ACTIVE
+FROM EVENT_SUBSCRIBER
+WHERE TABLE_NAME = ?
+ORDER BY SUB_ID;
+
+-- name: table_names
+SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = ?;
+
+-- name: insert
+INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG, WATCH_COLUMNS, WHEN_CONDITION)
+VALUES (?, ?, ?, ?, ?)
+RETURNING SUB_ID;
+
+-- name: update
+UPDATE EVENT_SUBSCRIBER
+SET WATCH_COLUMNS = ?, WHEN_CONDITION = ?, ACTIVE = TRUE
+WHERE SUB_ID = ?;
+
+-- name: deactivate
+UPDATE EVENT_SUBSCRIBER SET ACTIVE = FALSE WHERE SUB_ID = ?;
+
+-- name: delete
+DELETE FROM EVENT_SUBSCRIBER WHERE SUB_ID = ?;
+
+-- name: count_events
+SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = ?;
+
+-- name: delete_events
+DELETE FROM EVENT_LOG WHERE SUB_ID = ?;
+
+-- name: grant_insert
+-- The trigger runs with the writer's privileges plus its own: let any
+-- application user write through it without being granted EVENT_LOG.
+GRANT INSERT ON EVENT_LOG TO TRIGGER {trigger};
+
+-- name: drop_trigger
+DROP TRIGGER {trigger};
+
+-- name: list
+SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.WATCH_COLUMNS, s.WHEN_CONDITION,
+       s.ACTIVE, s.CREATED_AT,
+       (SELECT COUNT(*) FROM EVENT_LOG l WHERE l.SUB_ID = s.SUB_ID AND l.DEAD_AT IS NULL),
+       (SELECT COUNT(*) FROM EVENT_LOG l WHERE l.SUB_ID = s.SUB_ID AND l.DEAD_AT IS NOT NULL)
+FROM EVENT_SUBSCRIBER s
+ORDER BY s.TABLE_NAME, s.SUB_ID;

@@ -1,0 +1,192 @@
+"""The ``subs`` command line.
+
+Errors a user can fix (SubsError, engine errors) become one line on stderr
+and exit code 1 here, in ``SubsGroup.invoke``, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from firebird.driver import DatabaseError
+
+from . import __version__, demo, schema, subscribers
+from .config import DEFAULT_DATABASE, ConnectionSettings
+from .db import Database, MissingDatabase, first_line
+from .errors import SubsError
+from .tables import render
+
+
+class SubsGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except SubsError as exc:
+            raise click.ClickException(str(exc)) from None
+        except DatabaseError as exc:
+            raise click.ClickException(f"database error: {first_line(exc)}") from None
+
+
+def open_database(ctx: click.Context, *, create: bool = False, current: bool = True) -> Database:
+    """Attach to the database named by the group options; closed when the command ends."""
+    db = Database(ctx.find_object(ConnectionSettings), create=create)
+    ctx.call_on_close(db.close)
+    if current:
+        schema.require_current(db)
+    return db
+
+
+@click.group(cls=SubsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-d",
+    "--database",
+    envvar="SUBS_DATABASE",
+    default=DEFAULT_DATABASE,
+    show_default=True,
+    help="A file path (embedded Firebird 5) or host[/port]:path / inet://host:port/path "
+    "(Firebird server). Env: SUBS_DATABASE.",
+)
+@click.option("--user", envvar="ISC_USER", help="Firebird user [default: SYSDBA]. Env: ISC_USER.")
+@click.option(
+    "--password",
+    envvar="ISC_PASSWORD",
+    help="Firebird password. Prefer the ISC_PASSWORD environment variable.",
+)
+@click.version_option(__version__, prog_name="subs")
+@click.pass_context
+def cli(ctx: click.Context, database: str, user: str | None, password: str | None) -> None:
+    """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
+    ctx.obj = ConnectionSettings(database, user, password)
+
+
+@cli.command()
+@click.option("--create", is_flag=True, help="Create the database file first if it is missing.")
+@click.pass_context
+def init(ctx: click.Context, create: bool) -> None:
+    """Install or upgrade subs's tables (EVENT_SUBSCRIBER, EVENT_LOG)."""
+    settings = ctx.find_object(ConnectionSettings)
+    try:
+        db = open_database(ctx, current=False)
+    except MissingDatabase:
+        if not create:
+            raise
+        db = open_database(ctx, create=True, current=False)
+        click.echo(f"created database {settings.dsn}")
+    before, after = schema.upgrade(db)
+    if before == after:
+        click.echo(f"schema is up to date (version {after})")
+    elif before == 0:
+        click.echo(f"installed schema version {after}")
+    else:
+        click.echo(f"upgraded schema from version {before} to {after}")
+
+
+def _describe(change: subscribers.Change) -> str:
+    s = change.subscription
+    text = f"{change.outcome}: {s.table} {s.action} {s.tag} (subscription {s.sub_id})"
+    if change.outcome == "unchanged":
+        text = f"already subscribed: {s.table} {s.action} {s.tag} (subscription {s.sub_id})"
+    if change.outcome == "deactivated":
+        text = (
+            f"removed: {s.table} {s.action} {s.tag}; {change.events} event(s) kept and still "
+            "delivered (use --purge to delete them)"
+        )
+    elif change.outcome == "removed" and change.events:
+        text += f"; {change.events} event(s) purged"
+    return text
+
+
+@cli.command()
+@click.argument("table")
+@click.argument("actions")
+@click.argument("tag")
+@click.option(
+    "--columns",
+    metavar="C1,C2",
+    help="Updates produce an event only when one of these columns changed (NULL-safe).",
+)
+@click.option(
+    "--when",
+    "condition",
+    metavar="SQL",
+    help="Only changes satisfying this SQL condition on NEW/OLD produce an event.",
+)
+@click.pass_context
+def add(
+    ctx: click.Context,
+    table: str,
+    actions: str,
+    tag: str,
+    columns: str | None,
+    condition: str | None,
+) -> None:
+    """Subscribe TAG to ACTIONS (any of I, U, D) on TABLE."""
+    db = open_database(ctx)
+    for change in subscribers.add(db, table, actions, tag, columns, condition):
+        click.echo(_describe(change))
+
+
+@cli.command()
+@click.argument("table")
+@click.argument("actions")
+@click.argument("tag")
+@click.option("--purge", is_flag=True, help="Also delete the subscription's pending events.")
+@click.pass_context
+def remove(ctx: click.Context, table: str, actions: str, tag: str, purge: bool) -> None:
+    """Unsubscribe TAG from ACTIONS on TABLE (pending events are kept unless --purge)."""
+    db = open_database(ctx)
+    for change in subscribers.remove(db, table, actions, tag, purge=purge):
+        click.echo(_describe(change))
+
+
+@cli.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Show subscriptions with their pending and dead event counts."""
+    rows = subscribers.listing(open_database(ctx))
+    if as_json:
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no subscriptions; add one with `subs add TABLE ACTIONS TAG`")
+        return
+    headers = ("ID", "TABLE", "ACTION", "TAG", "COLUMNS", "WHEN", "PENDING", "DEAD", "STATE")
+    click.echo(
+        render(
+            headers,
+            [
+                (
+                    s.sub_id,
+                    s.table,
+                    s.action,
+                    s.tag,
+                    ",".join(s.columns),
+                    s.when,
+                    row.pending,
+                    row.dead,
+                    "active" if s.active else "removed",
+                )
+                for row in rows
+                for s in [row.subscription]
+            ],
+        )
+    )
+
+
+@cli.command(name="demo")
+@click.option(
+    "--path",
+    default="subs-demo.fdb",
+    show_default=True,
+    help="Embedded database file to (re)create for the demo.",
+)
+@click.option("--rows", default=5, show_default=True, type=click.IntRange(1, 10_000))
+def demo_(path: str, rows: int) -> None:
+    """Create a demo database, subscribe to `languages` and show events arriving."""
+    demo.run(path, rows, click.echo)
+
+
+def main() -> None:
+    cli(prog_name="subs")

@@ -1,0 +1,220 @@
+"""Adding, removing and listing subscriptions, and keeping each table's
+generated trigger in step with them.
+
+Every change runs in one SNAPSHOT transaction together with the trigger DDL:
+a bad ``--when`` or any other error leaves the database as it was, and two
+concurrent changes to one table conflict on the trigger and are retried from
+a fresh snapshot instead of overwriting each other's trigger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+from firebird.driver import Cursor, DatabaseError
+
+from . import queries
+from .capture import is_captured, key_capacity
+from .db import Database, first_line, is_conflict
+from .errors import SubsError
+from .identifiers import check_condition, check_tag, lookup_names, parse_actions, quote, split_names
+from .metadata import Table, find_table, load_table
+from .triggers import Subscription, generate, trigger_name
+
+MAX_KEY_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one command did to one (table, action, tag)."""
+
+    outcome: str  # added | updated | unchanged | removed | deactivated
+    subscription: Subscription
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class Listing:
+    subscription: Subscription
+    created_at: dt.datetime
+    pending: int
+    dead: int
+
+    def as_dict(self) -> dict[str, object]:
+        s = self.subscription
+        return {
+            "id": s.sub_id,
+            "table": s.table,
+            "action": s.action,
+            "tag": s.tag,
+            "columns": list(s.columns),
+            "when": s.when,
+            "active": s.active,
+            "created_at": self.created_at.isoformat(),
+            "pending": self.pending,
+            "dead": self.dead,
+        }
+
+
+def _subscription(row: tuple) -> Subscription:
+    sub_id, table, action, tag, columns, when, active = row[:7]
+    return Subscription(
+        sub_id, table, action, tag, tuple(json.loads(columns)) if columns else (), when, active
+    )
+
+
+def _for_table(cursor: Cursor, table: str) -> list[Subscription]:
+    cursor.execute(queries.load("subscribers")["for_table"], (table,))
+    return [_subscription(row) for row in cursor.fetchall()]
+
+
+def _name_limits(db: Database) -> tuple[int, int]:
+    """(characters, bytes) an identifier may have on this engine."""
+    return (31, 31) if db.engine_version[0] < 4 else (63, 252)
+
+
+def _sync_trigger(db: Database, cursor: Cursor, table: Table) -> None:
+    """Regenerate the table's trigger from its active subscriptions, or drop it."""
+    sql = queries.load("subscribers")
+    name = trigger_name(table.name, *_name_limits(db))
+    active = [s for s in _for_table(cursor, table.name) if s.active]
+    if active:
+        for subscription in active:
+            if subscription.when:
+                check_condition(subscription.when)
+        cursor.execute(generate(table, active, name))
+        cursor.execute(sql["grant_insert"].format(trigger=quote(name)))
+        return
+    cursor.execute(queries.load("metadata")["trigger_exists"], (name,))
+    if cursor.fetchone()[0]:
+        cursor.execute(sql["drop_trigger"].format(trigger=quote(name)))
+
+
+def add(
+    db: Database,
+    table_typed: str,
+    actions_typed: str,
+    tag: str,
+    columns_typed: str | None = None,
+    when: str | None = None,
+) -> list[Change]:
+    """Subscribe ``tag`` to ``actions`` on a table; idempotent per (table, action, tag)."""
+    actions = parse_actions(actions_typed)
+    check_tag(tag)
+    condition = check_condition(when) if when is not None else None
+    if columns_typed is not None and "U" not in actions:
+        raise SubsError("--columns only filters updates; include U in ACTIONS or drop --columns")
+    sql = queries.load("subscribers")
+
+    def work(cursor: Cursor) -> list[Change]:
+        table = load_table(cursor, table_typed)
+        _check_key(table)
+        columns = (
+            tuple(table.resolve_column(c) for c in split_names(columns_typed))
+            if columns_typed is not None
+            else ()
+        )
+        existing = {(s.action, s.tag): s for s in _for_table(cursor, table.name)}
+        changes = []
+        for action in actions:
+            wanted = columns if action == "U" else ()
+            encoded = json.dumps(list(wanted)) if wanted else None
+            current = existing.get((action, tag))
+            if current is None:
+                cursor.execute(sql["insert"], (table.name, action, tag, encoded, condition))
+                sub_id = cursor.fetchone()[0]
+                outcome = "added"
+            elif current.active and current.columns == wanted and current.when == condition:
+                changes.append(Change("unchanged", current))
+                continue
+            else:
+                cursor.execute(sql["update"], (encoded, condition, current.sub_id))
+                sub_id = current.sub_id
+                outcome = "updated"
+            changes.append(
+                Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition))
+            )
+        if any(change.outcome != "unchanged" for change in changes):
+            try:
+                _sync_trigger(db, cursor, table)
+            except DatabaseError as exc:
+                if condition is None or is_conflict(exc):
+                    raise
+                raise SubsError(
+                    f"--when condition rejected by the database: {first_line(exc)}"
+                ) from None
+        return changes
+
+    return db.run(work)
+
+
+def _check_key(table: Table) -> None:
+    uncaptured = [c.name for c in table.key_columns if not is_captured(c)]
+    if uncaptured:
+        raise SubsError(
+            f"primary key column(s) {', '.join(uncaptured)} of {table.name} have a type subs "
+            "cannot capture (binary BLOB or binary string not 16 bytes long)"
+        )
+    if key_capacity(table.key_columns) > MAX_KEY_CHARS:
+        raise SubsError(
+            f"the primary key of {table.name} is too long to capture "
+            f"(more than {MAX_KEY_CHARS} characters)"
+        )
+
+
+def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
+    """The table name as stored in EVENT_SUBSCRIBER (the table itself may be gone)."""
+    sql = queries.load("subscribers")
+    for candidate in lookup_names(typed):
+        cursor.execute(sql["table_names"], (candidate,))
+        row = cursor.fetchone()
+        if row:
+            return row[0]
+    return None
+
+
+def remove(
+    db: Database, table_typed: str, actions_typed: str, tag: str, *, purge: bool = False
+) -> list[Change]:
+    """Unsubscribe; pending events stay (and are still delivered) unless ``purge``."""
+    actions = parse_actions(actions_typed)
+    check_tag(tag)
+    sql = queries.load("subscribers")
+
+    def work(cursor: Cursor) -> list[Change]:
+        name = _subscribed_table(cursor, table_typed)
+        current = {
+            (s.action, s.tag): s for s in (_for_table(cursor, name) if name else []) if s.active
+        }
+        missing = [a for a in actions if (a, tag) not in current]
+        if missing:
+            raise SubsError(
+                f"{name or table_typed} {''.join(missing)} {tag} is not subscribed; "
+                "`subs list` shows the subscriptions"
+            )
+        changes = []
+        for action in actions:
+            subscription = current[(action, tag)]
+            cursor.execute(sql["count_events"], (subscription.sub_id,))
+            events = cursor.fetchone()[0]
+            if purge and events:
+                cursor.execute(sql["delete_events"], (subscription.sub_id,))
+            if events and not purge:
+                cursor.execute(sql["deactivate"], (subscription.sub_id,))
+                changes.append(Change("deactivated", subscription, events))
+            else:
+                cursor.execute(sql["delete"], (subscription.sub_id,))
+                changes.append(Change("removed", subscription, events))
+        if find_table(cursor, quote(name)) is not None:
+            _sync_trigger(db, cursor, load_table(cursor, quote(name)))
+        return changes
+
+    return db.run(work)
+
+
+def listing(db: Database) -> list[Listing]:
+    with db.transaction() as cursor:
+        cursor.execute(queries.load("subscribers")["list"])
+        return [Listing(_subscription(row), row[7], row[8], row[9]) for row in cursor.fetchall()]
