@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up everything subs needs on a fresh Debian/Ubuntu machine, then runs
+# the demo (`./dev.sh demo`) or the test suite (`./dev.sh test [pytest args]`).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+usage() { echo "usage: ./dev.sh demo | ./dev.sh test [pytest arguments]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+command=$1
+shift
+
+# libtommath1: needed by the embedded Firebird 5 engine (firebird-embedded).
+# firebird3.0-server: the real Firebird 3 server the tests also run against.
+packages=(libtommath1)
+[ "$command" = test ] && packages+=(firebird3.0-server)
+python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
+
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    echo "installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+case "$command" in
+    demo) exec .venv/bin/subs demo "$@" ;;
+    test) exec .venv/bin/python -m pytest "$@" ;;
+    *) usage ;;
+esac

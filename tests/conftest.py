@@ -1,0 +1,149 @@
+"""Fixtures: every database test runs on the embedded Firebird 5 engine and on
+a real Firebird 3 server started on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+import fb3server
+from subscriptions.cli import cli
+from subscriptions.config import ConnectionSettings
+from subscriptions.db import Database
+from subscriptions import schema
+
+ENGINES = ("fb5", "fb3")
+
+
+@pytest.fixture(scope="session")
+def fb3_dir() -> Iterator[Path]:
+    fb3server.start()
+    path = fb3server.database_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def empty_settings(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ConnectionSettings]:
+    """A freshly created database without the subs schema."""
+    if engine == "fb5":
+        settings = ConnectionSettings(str(tmp_path / "test.fdb"))
+    else:
+        directory = request.getfixturevalue("fb3_dir")
+        dsn = f"inet://127.0.0.1:3050/{directory}/{uuid.uuid4().hex}.fdb"
+        settings = ConnectionSettings(dsn, "SYSDBA", fb3server.password())
+    Database(settings, create=True).close()
+    yield settings
+    if engine == "fb3":
+        Path(settings.dsn.split(":3050/", 1)[1]).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def settings(empty_settings: ConnectionSettings) -> ConnectionSettings:
+    """A database with the subs schema installed."""
+    with Database(empty_settings) as db:
+        schema.upgrade(db)
+    return empty_settings
+
+
+@pytest.fixture
+def db(settings: ConnectionSettings) -> Iterator[Database]:
+    with Database(settings) as database:
+        yield database
+
+
+class Subs:
+    """Runs ``subs`` commands in-process against one database, the password
+    passed the way the README recommends (ISC_PASSWORD)."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.settings = settings
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        environment = {"ISC_USER": self.settings.effective_user, "ISC_PASSWORD": self.settings.password or ""}
+        environment.update(env or {})
+        return CliRunner().invoke(cli, ["-d", self.settings.dsn, *args], env=environment)
+
+    def ok(self, *args: str) -> str:
+        result = self(*args)
+        assert result.exit_code == 0, result.output + result.stderr
+        return result.stdout
+
+
+@pytest.fixture
+def subs(settings: ConnectionSettings) -> Subs:
+    return Subs(settings)
+
+
+def assert_one_line_error(result: Result, *fragments: str) -> str:
+    """The contract for bad input: exit 1, one line on stderr, no traceback."""
+    assert result.exit_code == 1, (result.exit_code, result.output, result.stderr, result.exception)
+    message = result.stderr.strip()
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith("Error: "), message
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def execute(settings: ConnectionSettings, *statements: str, params: tuple = ()) -> None:
+    """Run statements (DDL or DML) in one transaction, as an application would."""
+    with Database(settings) as database, database.transaction() as cursor:
+        for statement in statements:
+            cursor.execute(statement, params or None)
+
+
+def query(settings: ConnectionSettings, sql: str, params: tuple = ()) -> list[tuple]:
+    with Database(settings) as database, database.transaction() as cursor:
+        cursor.execute(sql, params or None)
+        return cursor.fetchall()
+
+
+def state(settings: ConnectionSettings) -> tuple:
+    """Everything a subs command may change, to prove that a refused one did not."""
+    return (
+        query(settings, "SELECT * FROM EVENT_SUBSCRIBER ORDER BY SUB_ID"),
+        query(
+            settings,
+            "SELECT RDB$TRIGGER_NAME, CAST(RDB$TRIGGER_SOURCE AS VARCHAR(8000)) "
+            "FROM RDB$TRIGGERS WHERE RDB$SYSTEM_FLAG = 0 ORDER BY 1",
+        ),
+        query(settings, "SELECT EVENT_ID, SUB_ID FROM EVENT_LOG ORDER BY EVENT_ID"),
+        query(settings, "SELECT RDB$RELATION_NAME FROM RDB$RELATIONS ORDER BY 1"),
+    )
+
+
+def events(settings: ConnectionSettings) -> list[dict]:
+    """The event log joined with its subscriptions, values decoded."""
+    from subscriptions.capture import decode
+    from subscriptions.db import read_text
+
+    with Database(settings) as database, database.transaction() as cursor:
+        cursor.execute(
+            "SELECT l.EVENT_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), l.PK_KEY, "
+            "l.OLD_VALUES, l.NEW_VALUES FROM EVENT_LOG l "
+            "JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID ORDER BY l.EVENT_ID"
+        )
+        return [
+            {
+                "id": row[0],
+                "table": row[1],
+                "action": row[2],
+                "tag": row[3],
+                "pk": decode(row[4]),
+                "old": decode(read_text(row[5])),
+                "new": decode(read_text(row[6])),
+            }
+            for row in cursor.fetchall()
+        ]

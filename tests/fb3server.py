@@ -1,0 +1,87 @@
+"""Starts, stops and restarts the Debian ``firebird3.0-server`` on 127.0.0.1:3050
+for the tests. Needs root (CI and the developer machines run as root)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HOST, PORT = "127.0.0.1", 3050
+PASSWORD_FILE = Path("/etc/firebird/3.0/SYSDBA.password")
+FBGUARD = "/usr/sbin/fbguard"
+RUN_DIR = Path("/run/firebird3.0")
+
+
+def listening() -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((HOST, PORT)) == 0
+
+
+def password() -> str:
+    text = PASSWORD_FILE.read_text()
+    match = re.search(r'^ISC_PASSWORD="?([^"\n]*)"?', text, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"no ISC_PASSWORD in {PASSWORD_FILE}")
+    return match.group(1)
+
+
+def _wait(condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Firebird 3 server did not {what} within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def start() -> None:
+    if listening():
+        return
+    if not Path(FBGUARD).exists():
+        raise RuntimeError("firebird3.0-server is not installed; run ./dev.sh test")
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.chown(RUN_DIR, "firebird", "firebird")
+    subprocess.run(
+        ["su", "-s", "/bin/sh", "firebird", "-c", f"{FBGUARD} -daemon -forever"], check=True
+    )
+    _wait(listening, "start listening")
+
+
+def _pids(name: str) -> list[int]:
+    """Pids of processes whose executable is ``name`` (found by /proc, never by pkill)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "exe")).name == name:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def stop() -> None:
+    for pid in _pids("fbguard") + _pids("firebird"):
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
+    _wait(lambda: not listening() and not _pids("firebird"), "stop")
+
+
+def restart() -> None:
+    stop()
+    start()
+
+
+def database_dir() -> Path:
+    """A fresh directory the server's ``firebird`` user can create files in."""
+    path = Path(tempfile.mkdtemp(prefix="subs-fb3-"))
+    shutil.chown(path, "firebird", "firebird")
+    return path
