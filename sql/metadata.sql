@@ -1,8 +1,10 @@
 -- name: relation
 -- RDB$RELATION_TYPE: 0 persistent table, 1 view, 4/5 global temporary tables.
+-- The typed name is cast so that a name longer than any identifier is simply
+-- not found (instead of a truncation error binding it to CHAR(31) on FB3).
 SELECT TRIM(RDB$RELATION_NAME), RDB$RELATION_TYPE, COALESCE(RDB$SYSTEM_FLAG, 0)
 FROM RDB$RELATIONS
-WHERE RDB$RELATION_NAME = ?;
+WHERE RDB$RELATION_NAME = CAST(? AS VARCHAR(1000) CHARACTER SET UTF8);
 
 -- name: columns
 SELECT TRIM(rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),

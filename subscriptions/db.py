@@ -96,7 +96,9 @@ class Database:
     def __init__(self, settings: ConnectionSettings, *, create: bool = False) -> None:
         self.settings = settings
         self.connection = open_connection(settings, create=create)
-        self._engine_version: tuple[int, ...] | None = None
+        # (major, minor, patch) of the engine actually serving this database.
+        text = self.fetch_value(queries.load("schema")["engine_version"])
+        self.engine_version = tuple(int(part) for part in str(text).split("."))
 
     def close(self) -> None:
         with contextlib.suppress(DatabaseError):
@@ -114,6 +116,9 @@ class Database:
     def transaction(self) -> Iterator[Cursor]:
         """A SNAPSHOT transaction committed on success and rolled back on any error."""
         connection = self.connection
+        if connection.main_transaction.is_active():
+            # The driver's begin() would silently commit the open transaction.
+            raise RuntimeError("nested Database.transaction()")
         connection.begin()
         try:
             with connection.cursor() as cursor:
@@ -141,14 +146,6 @@ class Database:
             cursor.execute(sql, params)
             row = cursor.fetchone()
             return row[0] if row else None
-
-    @property
-    def engine_version(self) -> tuple[int, ...]:
-        """(major, minor, patch) of the engine actually serving this database."""
-        if self._engine_version is None:
-            text = self.fetch_value(queries.load("schema")["engine_version"])
-            self._engine_version = tuple(int(part) for part in str(text).split("."))
-        return self._engine_version
 
 
 def read_text(value: object) -> str | None:
