@@ -35,8 +35,16 @@ DELETE FROM EVENT_LOG WHERE SUB_ID = ?;
 -- application user write through it without being granted EVENT_LOG.
 GRANT INSERT ON EVENT_LOG TO TRIGGER {trigger};
 
+-- name: deactivate_trigger
+ALTER TRIGGER {trigger} INACTIVE;
+
 -- name: drop_trigger
 DROP TRIGGER {trigger};
+
+-- name: touch_trigger
+-- A metadata change that changes nothing, made after the real change has
+-- committed: see subscribers._settle_trigger.
+ALTER TRIGGER {trigger} POSITION {position};
 
 -- name: list
 SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.WATCH_COLUMNS, s.WHEN_CONDITION,

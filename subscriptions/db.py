@@ -4,6 +4,8 @@ transactions, and turning engine errors into messages a user can act on."""
 from __future__ import annotations
 
 import contextlib
+import random
+import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
@@ -129,9 +131,10 @@ class Database:
             raise
         connection.commit()
 
-    def run(self, work: Callable[[Cursor], T], *, attempts: int = 5) -> T:
-        """Run ``work`` in a transaction, retrying from scratch when a concurrent
-        transaction changed the same rows or metadata first."""
+    def run(self, work: Callable[[Cursor], T], *, attempts: int = 10) -> T:
+        """Run ``work`` in a transaction, retrying from scratch (after a random,
+        growing pause) when a concurrent transaction changed the same rows or
+        metadata first."""
         for attempt in range(1, attempts + 1):
             try:
                 with self.transaction() as cursor:
@@ -139,6 +142,7 @@ class Database:
             except DatabaseError as exc:
                 if not is_conflict(exc) or attempt == attempts:
                     raise
+            time.sleep(random.uniform(0, min(0.02 * 2**attempt, 1.0)))
         raise AssertionError("unreachable")
 
     def fetch_value(self, sql: str, *params: object) -> object:

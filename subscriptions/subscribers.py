@@ -4,13 +4,15 @@ generated trigger in step with them.
 Every change runs in one SNAPSHOT transaction together with the trigger DDL:
 a bad ``--when`` or any other error leaves the database as it was, and two
 concurrent changes to one table conflict on the trigger and are retried from
-a fresh snapshot instead of overwriting each other's trigger.
+a fresh snapshot instead of overwriting each other's trigger. A second short
+transaction then settles the trigger (see ``_settle_trigger``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from firebird.driver import Cursor, DatabaseError
@@ -21,7 +23,7 @@ from .db import Database, first_line, is_conflict
 from .errors import SubsError
 from .identifiers import check_condition, check_tag, lookup_names, parse_actions, quote, split_names
 from .metadata import Table, find_table, load_table
-from .triggers import Subscription, generate, trigger_name
+from .triggers import TRIGGER_POSITION, Subscription, generate, trigger_name
 
 MAX_KEY_CHARS = 4000
 
@@ -70,26 +72,58 @@ def _for_table(cursor: Cursor, table: str) -> list[Subscription]:
     return [_subscription(row) for row in cursor.fetchall()]
 
 
-def _name_limits(db: Database) -> tuple[int, int]:
-    """(characters, bytes) an identifier may have on this engine."""
-    return (31, 31) if db.engine_version[0] < 4 else (63, 252)
+def _trigger_name(db: Database, table: str) -> str:
+    max_chars, max_bytes = (31, 31) if db.engine_version[0] < 4 else (63, 252)
+    return trigger_name(table, max_chars, max_bytes)
+
+
+def _trigger_exists(cursor: Cursor, name: str) -> bool:
+    cursor.execute(queries.load("metadata")["trigger_exists"], (name,))
+    return bool(cursor.fetchone()[0])
 
 
 def _sync_trigger(db: Database, cursor: Cursor, table: Table) -> None:
-    """Regenerate the table's trigger from its active subscriptions, or drop it."""
+    """Regenerate the table's trigger from its active subscriptions, or switch
+    it off when none is left (``_settle_trigger`` drops it)."""
     sql = queries.load("subscribers")
-    name = trigger_name(table.name, *_name_limits(db))
+    name = quote(_trigger_name(db, table.name))
     active = [s for s in _for_table(cursor, table.name) if s.active]
     if active:
         for subscription in active:
             if subscription.when:
                 check_condition(subscription.when)
-        cursor.execute(generate(table, active, name))
-        cursor.execute(sql["grant_insert"].format(trigger=quote(name)))
+        cursor.execute(generate(table, active, _trigger_name(db, table.name)))
+        cursor.execute(sql["grant_insert"].format(trigger=name))
+    elif _trigger_exists(cursor, _trigger_name(db, table.name)):
+        cursor.execute(sql["deactivate_trigger"].format(trigger=name))
+
+
+def _settle_trigger(db: Database, cursor: Cursor, table: str) -> None:
+    """Make every attachment reload the table's triggers once more.
+
+    Under SuperClassic an attachment that reloads a table's triggers while the
+    DDL transaction is still committing can keep the old ones indefinitely
+    (seen in about 1 of 3 tries with a writer inserting during `subs add`).
+    One more metadata change, made after the first has committed, reaches it
+    again; so when `subs add/remove` returns, every writer uses the new trigger.
+    """
+    sql = queries.load("subscribers")
+    name = _trigger_name(db, table)
+    if not _trigger_exists(cursor, name):
         return
-    cursor.execute(queries.load("metadata")["trigger_exists"], (name,))
-    if cursor.fetchone()[0]:
-        cursor.execute(sql["drop_trigger"].format(trigger=quote(name)))
+    if any(s.active for s in _for_table(cursor, table)):
+        statement = sql["touch_trigger"].format(trigger=quote(name), position=TRIGGER_POSITION)
+    else:
+        statement = sql["drop_trigger"].format(trigger=quote(name))
+    cursor.execute(statement)
+
+
+def _apply(db: Database, work: Callable[[Cursor], tuple[list[Change], str | None]]) -> list[Change]:
+    """Run a subscription change, then settle the trigger of the table it touched."""
+    changes, table = db.run(work)
+    if table is not None:
+        db.run(lambda cursor: _settle_trigger(db, cursor, table))
+    return changes
 
 
 def add(
@@ -108,7 +142,7 @@ def add(
         raise SubsError("--columns only filters updates; include U in ACTIONS or drop --columns")
     sql = queries.load("subscribers")
 
-    def work(cursor: Cursor) -> list[Change]:
+    def work(cursor: Cursor) -> tuple[list[Change], str | None]:
         table = load_table(cursor, table_typed)
         _check_key(table)
         columns = (
@@ -136,18 +170,17 @@ def add(
             changes.append(
                 Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition))
             )
-        if any(change.outcome != "unchanged" for change in changes):
-            try:
-                _sync_trigger(db, cursor, table)
-            except DatabaseError as exc:
-                if condition is None or is_conflict(exc):
-                    raise
-                raise SubsError(
-                    f"--when condition rejected by the database: {first_line(exc)}"
-                ) from None
-        return changes
+        if all(change.outcome == "unchanged" for change in changes):
+            return changes, None
+        try:
+            _sync_trigger(db, cursor, table)
+        except DatabaseError as exc:
+            if condition is None or is_conflict(exc):
+                raise
+            raise SubsError(f"--when condition rejected by the database: {first_line(exc)}") from None
+        return changes, table.name
 
-    return db.run(work)
+    return _apply(db, work)
 
 
 def _check_key(table: Table) -> None:
@@ -183,7 +216,7 @@ def remove(
     check_tag(tag)
     sql = queries.load("subscribers")
 
-    def work(cursor: Cursor) -> list[Change]:
+    def work(cursor: Cursor) -> tuple[list[Change], str | None]:
         name = _subscribed_table(cursor, table_typed)
         current = {
             (s.action, s.tag): s for s in (_for_table(cursor, name) if name else []) if s.active
@@ -207,11 +240,12 @@ def remove(
             else:
                 cursor.execute(sql["delete"], (subscription.sub_id,))
                 changes.append(Change("removed", subscription, events))
-        if find_table(cursor, quote(name)) is not None:
-            _sync_trigger(db, cursor, load_table(cursor, quote(name)))
-        return changes
+        if find_table(cursor, quote(name)) is None:
+            return changes, None
+        _sync_trigger(db, cursor, load_table(cursor, quote(name)))
+        return changes, name
 
-    return db.run(work)
+    return _apply(db, work)
 
 
 def listing(db: Database) -> list[Listing]:
