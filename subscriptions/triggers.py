@@ -69,25 +69,44 @@ def _capture(table: Table, action: str) -> list[str]:
         lines.append(f"old_values = {row_expression(table.columns, 'OLD')};")
     if action in "IU":
         lines.append(f"new_values = {row_expression(table.columns, 'NEW')};")
-    lines.append("captured = TRUE;")
     return lines
 
 
-def _subscription_block(table: Table, subscription: Subscription) -> list[str]:
-    body = [
-        "IF (NOT captured) THEN",
-        "BEGIN",
-        *("    " + line for line in _capture(table, subscription.action)),
-        "END",
+def _matched(subscription: Subscription) -> str:
+    return f"matched_{int(subscription.sub_id)}"
+
+
+def _log(subscription: Subscription) -> list[str]:
+    return [
         "INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, OLD_VALUES, NEW_VALUES)",
         f"VALUES ({int(subscription.sub_id)}, :pk_key, :old_values, :new_values);",
         f"POST_EVENT {literal(event_name(subscription.tag))};",
     ]
-    condition = _condition(subscription)
-    header = f"-- subscription {int(subscription.sub_id)}: {subscription.tag}"
-    if condition is None:
-        return [header, *body]
-    return [header, f"IF ({condition}) THEN", "BEGIN", *("    " + line for line in body), "END"]
+
+
+def _action_block(table: Table, action: str, subscriptions: list[Subscription]) -> list[str]:
+    """Evaluate each condition once, capture the row once if anything matched,
+    then log one event per matching subscription."""
+    conditional = [s for s in subscriptions if _condition(s)]
+    lines = [f"{_matched(s)} = ({_condition(s)});" for s in conditional]
+    capture = _capture(table, action)
+    if len(conditional) == len(subscriptions):
+        any_match = " OR ".join(f"{_matched(s)} IS TRUE" for s in conditional)
+        lines += [f"IF ({any_match}) THEN", "BEGIN", *_indent(capture), "END"]
+    else:
+        lines += capture
+    for subscription in subscriptions:
+        lines.append(f"-- subscription {int(subscription.sub_id)}: {subscription.tag}")
+        if subscription in conditional:
+            condition = f"{_matched(subscription)} IS TRUE"
+            lines += [f"IF ({condition}) THEN", "BEGIN", *_indent(_log(subscription)), "END"]
+        else:
+            lines += _log(subscription)
+    return lines
+
+
+def _indent(lines: list[str], depth: int = 1) -> list[str]:
+    return ["    " * depth + line for line in lines]
 
 
 def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
@@ -104,13 +123,11 @@ def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
         "DECLARE pk_key VARCHAR(4000) CHARACTER SET UTF8;",
         "DECLARE old_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
         "DECLARE new_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
-        "DECLARE captured BOOLEAN = FALSE;",
+        *(f"DECLARE {_matched(s)} BOOLEAN;" for s in active if _condition(s)),
         "BEGIN",
     ]
     for action in actions:
-        lines += [f"    IF ({_CONTEXT_FLAG[action]}) THEN", "    BEGIN"]
-        for subscription in (s for s in active if s.action == action):
-            lines += ["        " + line for line in _subscription_block(table, subscription)]
-        lines.append("    END")
+        block = _action_block(table, action, [s for s in active if s.action == action])
+        lines += _indent([f"IF ({_CONTEXT_FLAG[action]}) THEN", "BEGIN", *_indent(block), "END"])
     lines.append("END")
     return "\n".join(lines)
