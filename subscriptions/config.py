@@ -7,9 +7,15 @@ Firebird server over the wire.
 
 from __future__ import annotations
 
+import os
 import re
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .errors import SubsError
 
 DEFAULT_DATABASE = "subs.fdb"
 DEFAULT_USER = "SYSDBA"
@@ -42,3 +48,50 @@ class ConnectionSettings:
     @property
     def effective_user(self) -> str:
         return self.user or DEFAULT_USER
+
+
+CONFIG_ENV = "SUBS_CONFIG"
+DEFAULT_CONFIG = "subs.toml"
+_ENV_OVERRIDE = re.compile(r"^SUBS__(?P<tag>[A-Z0-9_.-]+)__(?P<key>[A-Z0-9_]+)$")
+
+
+@dataclass(frozen=True)
+class FileConfig:
+    """What ``subs.toml`` says: ``[database]`` and one ``[handlers.TAG]`` table per tag."""
+
+    database: dict[str, Any] = field(default_factory=dict, repr=False)
+    handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> FileConfig:
+    """Read the config file (``path``, else ./subs.toml if present) and apply
+    ``SUBS__<TAG>__<KEY>=value`` environment overrides to handler tables.
+
+    An explicitly named file must exist; a malformed file is an error naming it.
+    """
+    explicit = path is not None
+    file = Path(path if explicit else DEFAULT_CONFIG)
+    data: dict[str, Any] = {}
+    if file.is_file():
+        try:
+            data = tomllib.loads(file.read_text("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SubsError(f"config file {file} is not valid TOML: {exc}") from None
+    elif explicit:
+        raise SubsError(f"config file {file} does not exist; check --config/{CONFIG_ENV}")
+    unknown = set(data) - {"database", "handlers"}
+    if unknown:
+        raise SubsError(
+            f"config file {file}: unknown section(s) {', '.join(sorted(unknown))}; "
+            "use [database] and [handlers.TAG]"
+        )
+    handlers = data.get("handlers", {})
+    if not isinstance(handlers, dict) or not all(isinstance(v, dict) for v in handlers.values()):
+        raise SubsError(f"config file {file}: [handlers] must hold one table per tag, e.g. [handlers.webhook]")
+    handlers = {tag: dict(table) for tag, table in handlers.items()}
+    for name, value in environ.items():
+        match = _ENV_OVERRIDE.match(name)
+        if match:
+            tag = next((t for t in handlers if t.upper() == match["tag"]), match["tag"].lower())
+            handlers.setdefault(tag, {})[match["key"].lower()] = value
+    return FileConfig(dict(data.get("database", {})), handlers)

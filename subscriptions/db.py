@@ -115,13 +115,14 @@ class Database:
         self.close()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Cursor]:
-        """A SNAPSHOT transaction committed on success and rolled back on any error."""
+    def transaction(self, tpb: bytes | None = None) -> Iterator[Cursor]:
+        """A transaction (SNAPSHOT unless ``tpb`` says otherwise) committed on
+        success and rolled back on any error."""
         connection = self.connection
         if connection.main_transaction.is_active():
             # The driver's begin() would silently commit the open transaction.
             raise RuntimeError("nested Database.transaction()")
-        connection.begin()
+        connection.begin(tpb)
         try:
             with connection.cursor() as cursor:
                 yield cursor

@@ -94,6 +94,10 @@ def load() -> None:
     """Load the client library once per process (idempotent, thread-safe)."""
     with _lock:
         if fbapi.has_api():
+            if not isinstance(fbapi.api.provider, SharedRuntime):
+                # Something built driver objects first and the driver picked
+                # a system client library (e.g. Debian's Firebird 3).
+                raise RuntimeError("firebird-driver was initialised before subscriptions.runtime.load()")
             return
         wheel = FirebirdProvider()
         root = runtime_root()

@@ -42,7 +42,8 @@ def empty_settings(engine: str, tmp_path: Path, request: pytest.FixtureRequest) 
         directory = request.getfixturevalue("fb3_dir")
         dsn = f"inet://127.0.0.1:3050/{directory}/{uuid.uuid4().hex}.fdb"
         settings = ConnectionSettings(dsn, "SYSDBA", fb3server.password())
-    Database(settings, create=True).close()
+    with Database(settings, create=True) as db:
+        assert db.engine_version[0] == (5 if engine == "fb5" else 3), db.engine_version
     yield settings
     if engine == "fb3":
         Path(settings.dsn.split(":3050/", 1)[1]).unlink(missing_ok=True)

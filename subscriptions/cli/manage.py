@@ -1,63 +1,15 @@
-"""The ``subs`` command line.
-
-Errors a user can fix (SubsError, engine errors) become one line on stderr
-and exit code 1 here, in ``SubsGroup.invoke``, and nowhere else.
-"""
+"""Commands that manage the schema and subscriptions: init, add, remove, list, demo."""
 
 from __future__ import annotations
 
 import json
 
 import click
-from firebird.driver import DatabaseError
 
-from . import __version__, demo, schema, subscribers
-from .config import DEFAULT_DATABASE, ConnectionSettings
-from .db import Database, MissingDatabase, first_line
-from .errors import SubsError
-from .tables import render
-
-
-class SubsGroup(click.Group):
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except SubsError as exc:
-            raise click.ClickException(str(exc)) from None
-        except DatabaseError as exc:
-            raise click.ClickException(f"database error: {first_line(exc)}") from None
-
-
-def open_database(ctx: click.Context, *, create: bool = False, current: bool = True) -> Database:
-    """Attach to the database named by the group options; closed when the command ends."""
-    db = Database(ctx.find_object(ConnectionSettings), create=create)
-    ctx.call_on_close(db.close)
-    if current:
-        schema.require_current(db)
-    return db
-
-
-@click.group(cls=SubsGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-d",
-    "--database",
-    envvar="SUBS_DATABASE",
-    default=DEFAULT_DATABASE,
-    show_default=True,
-    help="A file path (embedded Firebird 5) or host[/port]:path / inet://host:port/path "
-    "(Firebird server). Env: SUBS_DATABASE.",
-)
-@click.option("--user", envvar="ISC_USER", help="Firebird user [default: SYSDBA]. Env: ISC_USER.")
-@click.option(
-    "--password",
-    envvar="ISC_PASSWORD",
-    help="Firebird password. Prefer the ISC_PASSWORD environment variable.",
-)
-@click.version_option(__version__, prog_name="subs")
-@click.pass_context
-def cli(ctx: click.Context, database: str, user: str | None, password: str | None) -> None:
-    """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
-    ctx.obj = ConnectionSettings(database, user, password)
+from .. import demo, schema, subscribers
+from ..db import MissingDatabase
+from ..tables import render
+from . import app, cli, open_database
 
 
 @cli.command()
@@ -65,14 +17,13 @@ def cli(ctx: click.Context, database: str, user: str | None, password: str | Non
 @click.pass_context
 def init(ctx: click.Context, create: bool) -> None:
     """Install or upgrade subs's tables (EVENT_SUBSCRIBER, EVENT_LOG)."""
-    settings = ctx.find_object(ConnectionSettings)
     try:
         db = open_database(ctx, current=False)
     except MissingDatabase:
         if not create:
             raise
         db = open_database(ctx, create=True, current=False)
-        click.echo(f"created database {settings.dsn}")
+        click.echo(f"created database {app(ctx).settings.dsn}")
     before, after = schema.upgrade(db)
     if before == after:
         click.echo(f"schema is up to date (version {after})")
@@ -186,7 +137,3 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 def demo_(path: str, rows: int) -> None:
     """Create a demo database, subscribe to `languages` and show events arriving."""
     demo.run(path, rows, click.echo)
-
-
-def main() -> None:
-    cli(prog_name="subs")

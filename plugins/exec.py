@@ -1,0 +1,93 @@
+"""Tag ``exec``: runs a command with each event as JSON on its standard input.
+
+Settings (``[handlers.exec]`` in subs.toml, or ``SUBS__EXEC__<KEY>``):
+
+``command`` (required)
+    A list of strings, e.g. ``["/usr/local/bin/on-change", "--verbose"]``, or
+    one string split like a shell would split it. It is never run through a
+    shell: use ``["sh", "-c", "..."]`` for pipes or redirections.
+``timeout``
+    Seconds the command may run (default 30); then it and everything it
+    started are killed.
+``cwd``
+    The working directory of the command (default: the listener's).
+
+Exit status 0 is a delivery; any other status or a timeout is a failure,
+retried later, reported with the end of the command's standard error. The
+command's standard output is discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subscriptions import hookimpl
+from subscriptions.errors import SubsError
+from subscriptions.events import Event
+
+DEFAULT_TIMEOUT = 30.0
+STDERR_TAIL = 200
+
+
+def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
+    value = settings.get("command")
+    if isinstance(value, str):
+        try:
+            value = shlex.split(value)
+        except ValueError as exc:
+            raise SubsError(f"[handlers.{tag}] command cannot be split: {exc}") from None
+    if not value or not isinstance(value, list):
+        raise SubsError(
+            f"handler {tag!r} has no command: set [handlers.{tag}] command = [\"/path/to/program\", \"arg\"] "
+            f"in subs.toml or the environment variable SUBS__{tag.upper()}__COMMAND"
+        )
+    return [str(part) for part in value]
+
+
+def _timeout(tag: str, settings: Mapping[str, Any]) -> float:
+    try:
+        timeout = float(settings.get("timeout", DEFAULT_TIMEOUT))
+    except (TypeError, ValueError):
+        timeout = 0.0
+    if not timeout > 0:
+        raise SubsError(f"[handlers.{tag}] timeout must be a positive number of seconds")
+    return timeout
+
+
+def run(event: Event, settings: Mapping[str, Any]) -> None:
+    """Run the command on the event; raise unless it exits 0 within the timeout."""
+    command = _command(event.tag, settings)
+    timeout = _timeout(event.tag, settings)
+    cwd = settings.get("cwd") or None
+    try:
+        # A session of its own, so a timeout kills the command's children too.
+        process = subprocess.Popen(
+            command, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+    except OSError as exc:
+        raise SubsError(f"[handlers.{event.tag}] cannot run {command[0]!r}: {exc.strerror or exc}") from None
+    with process:
+        try:
+            _, stderr = process.communicate(event.to_json().encode("utf-8"), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise RuntimeError(f"exec {command[0]}: killed after {timeout:g} s") from None
+    if process.returncode != 0:
+        tail = stderr.decode("utf-8", errors="replace").strip()[-STDERR_TAIL:]
+        status = (f"killed by signal {-process.returncode}" if process.returncode < 0
+                  else f"exit status {process.returncode}")
+        raise RuntimeError(f"exec {command[0]}: {status}" + (f": {tail}" if tail else ""))
+
+
+@hookimpl
+def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    register("exec", lambda event: run(event, config.get(event.tag, {})))

@@ -1,0 +1,102 @@
+"""Tag ``webhook``: POSTs each event as JSON to a URL.
+
+Settings (``[handlers.webhook]`` in subs.toml, or ``SUBS__WEBHOOK__<KEY>``):
+
+``url`` (required)
+    Where to POST. Credentials in the URL (``https://user:pass@host/...``) are
+    sent as HTTP basic authentication and never shown in messages.
+``timeout``
+    Seconds to wait for the connection and for each read (default 10).
+``headers``
+    A table of extra request headers, e.g. ``headers = { Authorization = "Bearer ..." }``.
+
+The body is ``Event.to_json()``, with the headers ``X-Subs-Event-Id`` and
+``X-Subs-Attempt``. Any 2xx status is a delivery; any other status (redirects
+are not followed), a connection error or a timeout is a failure, retried later.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subscriptions import hookimpl
+from subscriptions.errors import SubsError
+from subscriptions.events import Event
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirected POST would turn into a GET without the event: report the 3xx instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def _split_credentials(url: str) -> tuple[str, str | None]:
+    """The URL without ``user:pass@`` and the basic-auth header value for it, if any."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None:
+        return url, None
+    userinfo = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    auth = "Basic " + base64.b64encode(userinfo.encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), auth
+
+
+def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[str, str]]:
+    url = settings.get("url")
+    if not url:
+        raise SubsError(
+            f"handler {tag!r} has no url: set [handlers.{tag}] url = \"https://...\" in subs.toml "
+            f"or the environment variable SUBS__{tag.upper()}__URL"
+        )
+    if urllib.parse.urlsplit(str(url)).scheme not in ("http", "https"):
+        raise SubsError(f"[handlers.{tag}] url must start with http:// or https://")
+    try:
+        timeout = float(settings.get("timeout", DEFAULT_TIMEOUT))
+    except (TypeError, ValueError):
+        timeout = 0.0
+    if not timeout > 0:
+        raise SubsError(f"[handlers.{tag}] timeout must be a positive number of seconds")
+    headers = settings.get("headers", {})
+    if not isinstance(headers, Mapping):
+        raise SubsError(f"[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = \"...\" }}")
+    return str(url), timeout, {str(k): str(v) for k, v in headers.items()}
+
+
+def post(event: Event, settings: Mapping[str, Any]) -> None:
+    """POST the event; raise unless the server answers 2xx within the timeout."""
+    url, timeout, extra = _settings(event.tag, settings)
+    url, auth = _split_credentials(url)
+    headers = {**extra, "Content-Type": "application/json",
+               "X-Subs-Event-Id": str(event.id), "X-Subs-Attempt": str(event.attempt)}
+    if auth:
+        headers["Authorization"] = auth
+    request = urllib.request.Request(url, event.to_json().encode("utf-8"), headers, method="POST")
+    # Messages name the URL without its query string, which may hold a token.
+    shown = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(query="", fragment=""))
+    try:
+        with _opener.open(request, timeout=timeout) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        raise RuntimeError(f"webhook {shown}: HTTP {exc.code} {exc.reason}") from None
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if isinstance(reason, TimeoutError):
+            reason = f"no answer within {timeout:g} s"
+        raise RuntimeError(f"webhook {shown}: {reason}") from None
+
+
+@hookimpl
+def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    register("webhook", lambda event: post(event, config.get(event.tag, {})))

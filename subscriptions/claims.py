@@ -1,0 +1,147 @@
+"""Claiming events from EVENT_LOG and settling them (ack, fail, release).
+
+Two claim strategies, chosen by engine version:
+
+- Firebird 5: ``UPDATE ... SKIP LOCKED RETURNING``: concurrent claimers get
+  disjoint rows without waiting.
+- Firebird 3/4 have no SKIP LOCKED: a PSQL block tries each candidate in a
+  NO WAIT transaction and catches the conflict per row, so no claimer ever sees
+  a lock conflict either.
+
+Every claim is a short READ COMMITTED NO WAIT transaction of its own; handlers
+never run inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from firebird.driver import Cursor, DatabaseError, Isolation, tpb
+
+from . import queries
+from .capture import decode
+from .db import Database, is_conflict, read_text
+from .events import Event
+
+MAX_ERROR_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class Target:
+    """A subscription this listener consumes."""
+
+    sub_id: int
+    table: str
+    action: str
+    tag: str
+
+
+@functools.cache
+def claim_tpb() -> bytes:
+    """READ COMMITTED NO WAIT. Built on first use: building a TPB loads the
+    client library, which must be the embedded runtime's (runtime.load())."""
+    return tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0)
+
+
+def supports_skip_locked(engine_version: tuple[int, ...]) -> bool:
+    return engine_version[0] >= 5
+
+
+def load_targets(db: Database) -> list[Target]:
+    with db.transaction() as cursor:
+        cursor.execute(queries.load("claims")["subscriptions"])
+        return [Target(*row) for row in cursor.fetchall()]
+
+
+class Claimer:
+    """Claims and settles events for one owner (a worker process)."""
+
+    def __init__(self, db: Database, owner: str, lease_seconds: float) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease_ms = int(lease_seconds * 1000)
+        self.skip_locked = supports_skip_locked(db.engine_version)
+        self.conflicts = 0
+        self._sql = queries.load("claims")
+
+    def _events(self, rows: list[tuple], targets: dict[int, Target]) -> list[Event]:
+        events = []
+        for event_id, sub_id, pk_key, old, new, created_at, attempts in rows:
+            target = targets[sub_id]
+            events.append(
+                Event(
+                    id=event_id,
+                    table=target.table,
+                    action=target.action,
+                    tag=target.tag,
+                    pk=decode(pk_key) or {},
+                    old=decode(read_text(old)),
+                    new=decode(read_text(new)),
+                    attempt=attempts,
+                    created_at=created_at,
+                    subscription_id=sub_id,
+                )
+            )
+        return events
+
+    def _claim(self, sql: str, params: tuple, targets: dict[int, Target]) -> list[Event]:
+        try:
+            with self.db.transaction(claim_tpb()) as cursor:
+                cursor.execute(sql, params)
+                return self._events(cursor.fetchall(), targets)
+        except DatabaseError as exc:
+            # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
+            # conflict (engine issue #9017): nothing was claimed, try later.
+            if not is_conflict(exc):
+                raise
+            self.conflicts += 1
+            return []
+
+    def claim(self, targets: dict[int, Target], limit: int) -> list[Event]:
+        """Up to ``limit`` claimable events of ``targets``, oldest first."""
+        sub_ids = ", ".join(str(int(sub_id)) for sub_id in targets)
+        name = "claim_skip_locked" if self.skip_locked else "claim_fallback"
+        sql = self._sql[name].format(sub_ids=sub_ids)
+        return self._claim(sql, (self.owner, self.lease_ms, limit), targets)
+
+    def claim_head(self, target: Target, limit: int) -> list[Event]:
+        """The first events of one subscription, if the first one is available."""
+        params = (self.owner, self.lease_ms, limit, target.sub_id)
+        return self._claim(self._sql["claim_head"], params, {target.sub_id: target})
+
+    def ack(self, event_ids: Sequence[int]) -> int:
+        """Delete handled events we still own; returns how many we did."""
+        with self.db.transaction() as cursor:
+            return self._each(cursor, "ack", ((event_id, self.owner) for event_id in event_ids))
+
+    def ack_in(self, cursor: Cursor, event_id: int) -> None:
+        """Acknowledge inside the caller's transaction (transactional handlers)."""
+        cursor.execute(self._sql["ack"], (event_id, self.owner))
+
+    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool) -> None:
+        params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), event_id, self.owner)
+        with self.db.transaction() as cursor:
+            cursor.execute(self._sql["fail"], params)
+
+    def release(self, event_ids: Iterable[int]) -> None:
+        """Give back claimed events that were never started."""
+        ids = list(event_ids)
+        if ids:
+            with self.db.transaction() as cursor:
+                self._each(cursor, "release", ((event_id, self.owner) for event_id in ids))
+
+    def extend(self, event_ids: Iterable[int]) -> None:
+        """Renew the lease of events still being handled (the heartbeat)."""
+        ids = list(event_ids)
+        if ids:
+            with self.db.transaction() as cursor:
+                self._each(cursor, "extend", ((self.lease_ms, event_id, self.owner) for event_id in ids))
+
+    def _each(self, cursor: Cursor, name: str, rows: Iterable[tuple]) -> int:
+        done = 0
+        for params in rows:
+            cursor.execute(self._sql[name], params)
+            done += cursor.affected_rows
+        return done

@@ -1,0 +1,96 @@
+"""The ``subs`` command line.
+
+Errors a user can fix (SubsError, engine errors) become one line on stderr and
+exit code 1 here, in ``SubsGroup.invoke``, and nowhere else. The commands live
+in the modules of this package, grouped by concern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+from firebird.driver import DatabaseError
+
+from .. import __version__, schema
+from ..config import CONFIG_ENV, DEFAULT_DATABASE, ConnectionSettings, FileConfig, load_config
+from ..db import Database, first_line
+from ..errors import SubsError
+
+
+class SubsGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except SubsError as exc:
+            raise click.ClickException(str(exc)) from None
+        except DatabaseError as exc:
+            raise click.ClickException(f"database error: {first_line(exc)}") from None
+
+
+@dataclass(frozen=True)
+class App:
+    """What the global options resolved to."""
+
+    settings: ConnectionSettings
+    config: FileConfig
+    config_path: str | None
+
+
+def app(ctx: click.Context) -> App:
+    return ctx.find_object(App)
+
+
+def open_database(ctx: click.Context, *, create: bool = False, current: bool = True) -> Database:
+    """Attach to the database named by the global options; closed when the command ends."""
+    db = Database(app(ctx).settings, create=create)
+    ctx.call_on_close(db.close)
+    if current:
+        schema.require_current(db)
+    return db
+
+
+@click.group(cls=SubsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-d",
+    "--database",
+    envvar="SUBS_DATABASE",
+    help="A file path (embedded Firebird 5) or host[/port]:path / inet://host:port/path "
+    f"(Firebird server). Env: SUBS_DATABASE. [default: {DEFAULT_DATABASE}]",
+)
+@click.option("--user", envvar="ISC_USER", help="Firebird user [default: SYSDBA]. Env: ISC_USER.")
+@click.option(
+    "--password",
+    envvar="ISC_PASSWORD",
+    help="Firebird password. Prefer the ISC_PASSWORD environment variable or the config file.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    envvar=CONFIG_ENV,
+    help=f"Config file (TOML) [default: ./subs.toml if present]. Env: {CONFIG_ENV}.",
+)
+@click.version_option(__version__, prog_name="subs")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    database: str | None,
+    user: str | None,
+    password: str | None,
+    config_path: str | None,
+) -> None:
+    """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
+    config = load_config(config_path)
+    settings = ConnectionSettings(
+        database or config.database.get("dsn") or DEFAULT_DATABASE,
+        user or config.database.get("user"),
+        password or config.database.get("password"),
+    )
+    ctx.obj = App(settings, config, config_path)
+
+
+def main() -> None:
+    cli(prog_name="subs")
+
+
+from . import listen, manage, queue  # noqa: E402,F401  (commands register themselves)

@@ -1,0 +1,151 @@
+"""Commands that run and control the listener: listen, stop, systemd-unit, handlers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+
+import click
+
+from .. import daemon, listener, logs
+from ..metrics import Metrics, serve
+from ..options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
+from ..plugins import collect_handlers, plugin_manager
+from ..tables import render
+from . import app, cli
+
+PLUGINS_ENV = "SUBS_PLUGINS"
+_POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+def _plugins(given: tuple[str, ...]) -> tuple[str, ...]:
+    """--plugin values, then SUBS_PLUGINS (separated like PATH)."""
+    from_env = [p for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p]
+    return tuple(dict.fromkeys([*given, *from_env]))
+
+
+def _check_in_fresh_process(options: ListenOptions) -> None:
+    """Run the start-up checks in a spawned process, so that this one never
+    loads the Firebird engine (it is about to fork into the background)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(listener.check, (options,))
+
+
+@cli.command()
+@click.option("--mode", type=click.Choice([ORDERED, PARALLEL]), default=ORDERED, show_default=True,
+              help="ordered: each subscription's events strictly in log order; parallel: any order.")
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Events claimed and acknowledged per transaction.")
+@click.option("--tag", "tags", multiple=True, help="Only handle these tags (repeatable).")
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
+              help=f"Load a handler plugin (repeatable). Env: {PLUGINS_ENV} (separated by '{os.pathsep}').")
+@click.option("--poll", type=_POSITIVE, default=5.0, show_default=True,
+              help="Seconds between checks when no event notification arrives.")
+@click.option("--lease", type=_POSITIVE, default=30.0, show_default=True,
+              help="Seconds a claim lasts without a heartbeat (a crashed worker's events come back after it).")
+@click.option("--timeout", type=_POSITIVE, default=60.0, show_default=True,
+              help="Seconds a handler may run before the attempt counts as failed.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds running handlers get to finish on SIGTERM/SIGINT.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--backoff-min", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds before the first retry; doubles per attempt, with jitter.")
+@click.option("--backoff-max", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@click.option("--on-failure", type=click.Choice([DEAD, BLOCK]), default=DEAD, show_default=True,
+              help="After --max-attempts: move the event to the dead state, or keep retrying it.")
+@click.option("--drain", is_flag=True, help="Handle what is pending now, then exit 0.")
+@click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
+@click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
+@click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.pass_context
+def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[str, ...], detach: bool,
+           pidfile: str | None, logfile: str | None, log_format: str, log_level: str,
+           metrics_port: int | None, metrics_host: str, tags: tuple[str, ...], **tuning: object) -> None:
+    """Wait for subscribed changes and hand each event to its tag's handler."""
+    if detach and not (pidfile and logfile):
+        raise click.UsageError("--detach needs --pidfile and --logfile")
+    options = ListenOptions(
+        settings=app(ctx).settings,
+        mode=mode,
+        workers=workers or (1 if mode == ORDERED else 4),
+        tags=tags,
+        plugins=_plugins(plugins),
+        handler_config=app(ctx).config.handlers,
+        log_level=log_level,
+        log_format=log_format,
+        log_file=None if detach else logfile,
+        **tuning,  # type: ignore[arg-type]
+    )
+    if detach:
+        collect_handlers(plugin_manager(options.plugins), options.handler_config)
+        _check_in_fresh_process(options)
+        daemon.detach(pidfile=pidfile, logfile=logfile)  # type: ignore[arg-type]
+    logs.configure(level=log_level, fmt=log_format, logfile=options.log_file)
+    if not detach:
+        listener.check(options)
+    metrics = Metrics()
+    metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
+    try:
+        listener.Supervisor(options, metrics).run(with_queue_metrics=metrics_server is not None)
+    finally:
+        if metrics_server is not None:
+            metrics_server.close()
+
+
+@cli.command()
+@click.option("--pidfile", required=True, type=click.Path(dir_okay=False), help="The pidfile of `subs listen --detach`.")
+@click.option("--timeout", type=_POSITIVE, default=60.0, show_default=True, help="Seconds to wait for it to exit.")
+def stop(pidfile: str, timeout: float) -> None:
+    """Stop a background listener gracefully (SIGTERM) and wait for it."""
+    pid = daemon.stop(pidfile, timeout=timeout)
+    click.echo(f"stopped subs listener pid {pid}")
+
+
+@cli.command(name="systemd-unit", context_settings={"ignore_unknown_options": True})
+@click.option("--environment-file", default="/etc/subs/subs.env", show_default=True,
+              help="File with ISC_USER / ISC_PASSWORD / SUBS_* settings (keeps secrets out of the unit).")
+@click.option("--run-as", help="User= of the service.")
+@click.argument("listen_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, listen_args: tuple[str, ...]) -> None:
+    """Print a systemd unit running `subs listen LISTEN_ARGS` for this database."""
+    if "--detach" in listen_args:
+        raise click.UsageError("systemd runs the listener in the foreground: leave out --detach")
+    settings = app(ctx).settings
+    executable = shutil.which("subs") or os.path.join(os.path.dirname(sys.executable), "subs")
+    arguments = ["-d", settings.target]
+    if app(ctx).config_path:
+        arguments += ["--config", os.path.abspath(app(ctx).config_path)]
+    try:
+        text = daemon.systemd_unit(
+            executable=os.path.abspath(executable),
+            arguments=[*arguments, "listen", *listen_args],
+            working_directory=os.getcwd(),
+            environment_file=environment_file,
+            user=run_as,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(text, nl=False)
+
+
+@cli.command()
+@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH", help="Also load this plugin.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def handlers(ctx: click.Context, plugins: tuple[str, ...], as_json: bool) -> None:
+    """List handler tags and the plugin providing each."""
+    found = collect_handlers(plugin_manager(_plugins(plugins)), app(ctx).config.handlers)
+    rows = [(h.tag, h.plugin, "yes" if h.transactional else "no") for h in sorted(found.values(), key=lambda h: h.tag)]
+    if as_json:
+        click.echo(json.dumps([{"tag": t, "plugin": p, "transactional": x == "yes"} for t, p, x in rows], indent=2))
+        return
+    click.echo(render(("TAG", "PLUGIN", "TRANSACTIONAL"), rows))

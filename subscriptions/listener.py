@@ -1,0 +1,148 @@
+"""`subs listen`: checks the setup, then supervises worker processes.
+
+The supervisor holds no database connection while it runs: it starts
+``--workers`` processes (spawn: forking a process that has the embedded engine
+loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
+stop bounded by ``--grace``, and kills them all on a second signal. Workers
+send their handler outcomes to it for the metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+
+from . import queries, schema, worker
+from .claims import load_targets, supports_skip_locked
+from .db import Database
+from .errors import SubsError
+from .metrics import Metrics
+from .options import ListenOptions
+from .plugins import collect_handlers, plugin_manager
+from .queue import status
+
+log = logging.getLogger("subs.listener")
+RESTART_DELAY = 1.0
+
+
+def check(options: ListenOptions) -> None:
+    """Everything that can be wrong before a worker starts, as one-line errors;
+    also reports subscriptions nobody will handle and clears orphaned events."""
+    handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
+    missing = [tag for tag in options.tags if tag not in handlers]
+    if missing:
+        raise SubsError(
+            f"no handler for tag(s) {', '.join(missing)}; `subs handlers` lists the known ones"
+        )
+    with Database(options.settings) as db:
+        schema.require_current(db)
+        with db.transaction() as cursor:
+            cursor.execute(queries.load("claims")["delete_orphans"])
+            orphans = cursor.affected_rows
+        targets = load_targets(db)
+        strategy = "SKIP LOCKED" if supports_skip_locked(db.engine_version) else "conflict-free fallback"
+        version = ".".join(map(str, db.engine_version))
+    if orphans:
+        log.info("deleted %s event(s) of purged subscriptions", orphans)
+    for target in targets:
+        if target.tag not in handlers:
+            log.warning(
+                "subscription %s (%s %s %s) has no handler for its tag; its events stay pending",
+                target.sub_id, target.table, target.action, target.tag,
+            )
+    log.info(
+        "listening on %s (Firebird %s, %s) in %s mode with %s worker(s) for tags: %s",
+        options.settings.dsn, version, strategy, options.mode, options.workers,
+        ", ".join(sorted(options.tags or {t.tag for t in targets if t.tag in handlers})) or "(none yet)",
+    )
+
+
+@dataclass
+class Supervisor:
+    options: ListenOptions
+    metrics: Metrics = field(default_factory=Metrics)
+    stopping: bool = False
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.reports = self.context.Queue()
+        self.workers: list[multiprocessing.Process | None] = []
+
+    def _start(self) -> multiprocessing.Process:
+        process = self.context.Process(
+            target=worker.main, args=(self.options, self.reports), name="subs-worker", daemon=False
+        )
+        process.start()
+        return process
+
+    def _signal(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            log.warning("second signal: stopping workers at once")
+            for process in self._alive():
+                process.kill()
+            return
+        log.info("stopping: letting handlers finish (up to %ss)", self.options.grace)
+        self.stopping = True
+        self.deadline = time.monotonic() + self.options.grace
+        for process in self._alive():
+            process.terminate()
+
+    def _alive(self) -> list[multiprocessing.Process]:
+        return [p for p in self.workers if p is not None and p.is_alive()]
+
+    def _collect_reports(self) -> None:
+        while True:
+            try:
+                observations = self.reports.get_nowait()
+            except queue.Empty:
+                return
+            for tag, outcome, seconds in observations:
+                self.metrics.observe(tag, outcome, seconds)
+
+    def _refresh_queue_metrics(self) -> None:
+        try:
+            for row in status(self.options.settings):
+                self.metrics.set_queue(row.tag, row.pending, row.in_flight, row.oldest_pending_age)
+        except SubsError as exc:
+            log.warning("could not read queue depth: %s", exc)
+
+    def run(self, *, with_queue_metrics: bool = False) -> int:
+        previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.workers = [self._start() for _ in range(self.options.workers)]
+            next_queue_refresh = 0.0
+            while True:
+                self._collect_reports()
+                if with_queue_metrics and time.monotonic() >= next_queue_refresh:
+                    self._refresh_queue_metrics()
+                    next_queue_refresh = time.monotonic() + self.options.poll
+                for index, process in enumerate(self.workers):
+                    if process is None or process.is_alive():
+                        continue
+                    process.join()
+                    finished = self.stopping or (self.options.drain and process.exitcode == 0)
+                    if finished:
+                        self.workers[index] = None
+                        continue
+                    log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
+                    time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
+                    self.workers[index] = self._start()
+                if all(p is None for p in self.workers):
+                    break
+                if self.stopping and time.monotonic() > self.deadline:
+                    log.warning("grace period over: killing workers")
+                    for process in self._alive():
+                        process.kill()
+                time.sleep(0.1)
+            self._collect_reports()
+            return 0
+        finally:
+            for process in self._alive():
+                process.kill()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

@@ -1,0 +1,95 @@
+"""Logging setup for ``subs listen``: human text or one JSON object per line.
+
+JSON lines are what log shippers (journald exporters, Loki, ELK) ingest
+without a parsing rule; ``extra=`` fields become top-level keys so a handler
+can log ``extra={"tag": tag, "event_id": n}`` and have them searchable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import sys
+from typing import IO
+
+from .errors import SubsError
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMATS = ("text", "json")
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRS = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys() | {"message", "asctime", "taskName"}
+)
+
+# Handlers installed by the last configure(), so a second call replaces only ours.
+_installed: list[logging.Handler] = []
+
+
+def open_append(path: str) -> int:
+    """Open ``path`` for appending, creating it readable by its owner only:
+    logs can hold row data, which other local users should not read."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, process, extras, exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "process": record.process,
+        }
+        entry.update((key, value) for key, value in vars(record).items() if key not in _STANDARD_ATTRS)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class _PrivateFileHandler(logging.FileHandler):
+    """A FileHandler whose file is created with mode 0o600 (see open_append)."""
+
+    def _open(self) -> IO[str]:
+        return os.fdopen(open_append(self.baseFilename), "a", encoding=self.encoding)
+
+
+def configure(*, level: str = "INFO", fmt: str = "text", logfile: str | None = None) -> None:
+    """Send the root logger's records to ``logfile`` (appended) or stderr.
+
+    Calling it again replaces the handlers of the previous call and leaves any
+    other handler (pytest's, an embedding application's) alone. Worker
+    processes must call it themselves with the same arguments.
+    """
+    levels = logging.getLevelNamesMapping()
+    if level.upper() not in levels:
+        raise ValueError(f"unknown log level {level!r}; use DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    if fmt == "json":
+        formatter: logging.Formatter = JsonFormatter()
+    elif fmt == "text":
+        formatter = logging.Formatter(TEXT_FORMAT)
+    else:
+        raise ValueError(f"unknown log format {fmt!r}; use one of {', '.join(FORMATS)}")
+    handler: logging.Handler
+    if logfile:
+        try:
+            handler = _PrivateFileHandler(logfile, encoding="utf-8")
+        except OSError as exc:
+            reason = exc.strerror or exc
+            raise SubsError(f"cannot open logfile {logfile}: {reason}; choose another --logfile") from None
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in _installed:
+        root.removeHandler(old)
+        old.close()
+    _installed[:] = [handler]
+    root.addHandler(handler)
+    root.setLevel(levels[level.upper()])

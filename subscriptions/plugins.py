@@ -1,0 +1,117 @@
+"""Finding handler plugins and collecting their handlers by tag.
+
+Plugins come from three places: the built-ins in ``plugins/``, installed
+packages exposing the entry-point group ``subscriptions``, and modules or
+``.py`` files named with ``--plugin`` / ``SUBS_PLUGINS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import SubsError
+from .events import Event
+from .identifiers import check_tag
+
+ENTRY_POINT_GROUP = "subscriptions"
+BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec")
+BUILTIN_PREFIX = "builtin:"
+
+
+@dataclass(frozen=True)
+class Handler:
+    tag: str
+    function: Callable[[Event], object]
+    plugin: str
+    transactional: bool = False
+
+
+def _import(spec: str) -> object:
+    """A module by dotted name, or a ``.py`` file by path."""
+    path = Path(spec)
+    try:
+        if spec.endswith(".py") or path.is_file() or "/" in spec:
+            if not path.is_file():
+                raise SubsError(f"plugin {spec}: no such file")
+            name = f"subs_plugin_{path.stem}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)  # type: ignore[union-attr]
+            return module
+        return importlib.import_module(spec)
+    except SubsError:
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name == spec:
+            raise SubsError(f"plugin {spec}: no such module or file") from None
+        raise SubsError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:
+        raise SubsError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:
+    """Built-ins, then entry points, then ``extra`` modules/paths."""
+    manager = pluggy.PluginManager("subscriptions")
+    manager.add_hookspecs(hookspecs)
+    for name in BUILTIN_PLUGINS:
+        manager.register(importlib.import_module(f"subscriptions.builtin.{name}"), name=BUILTIN_PREFIX + name)
+    try:
+        manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    except Exception as exc:
+        raise SubsError(f"an installed subs plugin failed to load: {type(exc).__name__}: {exc}") from None
+    for spec in extra:
+        if spec and manager.get_plugin(spec) is None:
+            manager.register(_import(spec), name=spec)
+    return manager
+
+
+def collect_handlers(
+    manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Handler]:
+    """Ask every plugin for its handlers; two plugins claiming one tag is an error.
+
+    Built-in handlers are opt-in: one is registered only when the config has a
+    table for its tag or an alias using it, so they never take a tag (such as
+    ``send_email``) away from your own plugins. A config table with
+    ``use = "OTHER_TAG"`` makes a tag reuse another tag's handler with its own
+    settings, e.g. a second webhook.
+    """
+    handlers: dict[str, Handler] = {}
+    configured = set(config) | {table["use"] for table in config.values() if "use" in table}
+    for impl in manager.hook.register_handlers.get_hookimpls():
+        plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(tag: str, function: Callable[[Event], object], *, transactional: bool = False) -> None:
+            if plugin.startswith(BUILTIN_PREFIX) and tag not in configured:
+                return
+            check_tag(tag)
+            if tag in handlers:
+                raise SubsError(
+                    f"tag {tag!r} is registered by both {handlers[tag].plugin} and {plugin}; "
+                    "remove one of the plugins"
+                )
+            handlers[tag] = Handler(tag, function, plugin, transactional)
+
+        arguments = {"register": register, "config": config}
+        impl.function(**{name: arguments[name] for name in impl.argnames})
+    for tag, table in config.items():
+        target = table.get("use")
+        if target is None:
+            continue
+        if target not in handlers:
+            raise SubsError(f"[handlers.{tag}] uses {target!r}, but no plugin registers that tag")
+        if tag in handlers:
+            raise SubsError(f"[handlers.{tag}] sets use = {target!r}, but {handlers[tag].plugin} already registers {tag!r}")
+        check_tag(tag)
+        handlers[tag] = Handler(tag, handlers[target].function, f"{handlers[target].plugin} (as {tag})", handlers[target].transactional)
+    return handlers

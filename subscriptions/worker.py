@@ -1,0 +1,307 @@
+"""A listener worker process: wait for events, claim, run handlers, settle.
+
+The loop is: register for the tags' Firebird events, drain everything
+claimable, wait for a notification or the poll interval, flush, drain again.
+Any wake-up only means "drain now"; counts are not trusted. A dead attachment
+shows up as an error in the next drain (at the latest after one poll interval)
+and the worker reconnects with backoff.
+
+Handlers run in a helper thread so that one that hangs can be cut off after
+``--timeout``: the attempt is recorded as failed and the worker exits (the
+supervisor starts a new one), since a Python thread cannot be killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.queues import Queue
+
+from firebird.driver import DatabaseError
+
+from . import logs
+from .claims import Claimer, Target, load_targets
+from .db import Database, first_line
+from .errors import SubsError
+from .events import Event
+from .options import ORDERED, ListenOptions
+from .plugins import Handler, collect_handlers, plugin_manager
+from .triggers import event_name
+
+log = logging.getLogger("subs.worker")
+
+EXIT_OK = 0
+EXIT_RESTART = 3  # a handler timed out: start a fresh worker
+RECONNECT_MAX = 30.0
+_WAIT_SLICE = 0.5
+
+
+class HandlerTimeout(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, options: ListenOptions, reports: Queue | None = None) -> None:
+        self.options = options
+        self.reports = reports
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.stop = threading.Event()
+        self.handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
+        self.in_flight: set[int] = set()
+        self.in_flight_lock = threading.Lock()
+        self.db: Database | None = None
+        self.claimer: Claimer | None = None
+        self.collector = None
+        self.targets: dict[int, Target] = {}
+        self.observations: list[tuple[str, str, float]] = []
+
+    # -- connection and wake-up -------------------------------------------------
+
+    def _connect(self) -> None:
+        self.db = Database(self.options.settings)
+        self.claimer = Claimer(self.db, self.owner, self.options.lease)
+        self._refresh_targets()
+
+    def _refresh_targets(self) -> None:
+        """(Re)read the subscriptions we serve; re-register events when tags change."""
+        wanted = set(self.options.tags)
+        targets = {
+            t.sub_id: t
+            for t in load_targets(self.db)
+            if t.tag in self.handlers and (not wanted or t.tag in wanted)
+        }
+        tags = {t.tag for t in targets.values()}
+        if self.collector is None or tags != {t.tag for t in self.targets.values()}:
+            self._close_collector()
+            if tags:
+                names = sorted(event_name(tag) for tag in tags)
+                self.collector = self.db.connection.event_collector(names)
+                self.collector.begin()
+        self.targets = targets
+
+    def _close_collector(self) -> None:
+        """Close the event collector, working around firebird-driver 2.1 raising
+        TypeError when a notification is still queued (it is consumed a moment later)."""
+        collector, self.collector = self.collector, None
+        for _ in range(100):
+            if collector is None or collector.is_closed():
+                return
+            try:
+                collector.close()
+            except TypeError:
+                time.sleep(0.01)
+
+    def _disconnect(self) -> None:
+        self._close_collector()
+        if self.db is not None:
+            try:
+                self.db.close()
+            except DatabaseError:
+                pass
+        self.db = self.claimer = None
+
+    def _wait(self) -> None:
+        """Sleep until a notification, the poll interval or a stop request."""
+        deadline = time.monotonic() + self.options.poll
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if self.collector is None:
+                time.sleep(min(_WAIT_SLICE, deadline - time.monotonic()))
+                continue
+            counts = self.collector.wait(min(_WAIT_SLICE, max(deadline - time.monotonic(), 0)))
+            if any(counts.values()):
+                self.collector.flush()
+                return
+
+    # -- the loop ------------------------------------------------------------------
+
+    def run(self) -> int:
+        backoff = 0.5
+        heartbeat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
+        heartbeat.start()
+        try:
+            while not self.stop.is_set():
+                try:
+                    if self.db is None:
+                        self._connect()
+                        backoff = 0.5
+                    else:
+                        self._refresh_targets()
+                    worked = self._drain()
+                    if self.options.drain and not worked:
+                        return EXIT_OK
+                    if not worked:
+                        self._wait()
+                except HandlerTimeout:
+                    return EXIT_RESTART
+                except (DatabaseError, SubsError) as exc:
+                    log.warning("database connection problem: %s; reconnecting in %.1fs", first_line(exc), backoff)
+                    self._disconnect()
+                    self.stop.wait(backoff)
+                    backoff = min(backoff * 2, RECONNECT_MAX)
+            return EXIT_OK
+        finally:
+            self._flush_reports()
+            self._disconnect()
+
+    def _drain(self) -> bool:
+        """Handle everything claimable now; True if anything was claimed."""
+        worked = False
+        while not self.stop.is_set() and self.targets:
+            if self.options.mode == ORDERED:
+                claimed = False
+                for target in list(self.targets.values()):
+                    if self.stop.is_set():
+                        break
+                    events = self.claimer.claim_head(target, self.options.batch)
+                    claimed = claimed or bool(events)
+                    self._handle_in_order(events)
+            else:
+                events = self.claimer.claim(self.targets, self.options.batch)
+                claimed = bool(events)
+                self._handle_batch(events)
+            self._flush_reports()
+            if not claimed:
+                return worked
+            worked = True
+        return worked
+
+    # -- handling --------------------------------------------------------------------
+
+    def _handle_in_order(self, events: list[Event]) -> None:
+        """Stop at the first failure: later events of the subscription wait for it."""
+        self._handle(events, stop_on_failure=True)
+
+    def _handle_batch(self, events: list[Event]) -> None:
+        self._handle(events, stop_on_failure=False)
+
+    def _handle(self, events: list[Event], *, stop_on_failure: bool) -> None:
+        """Deliver claimed events; acknowledge the handled ones together and give
+        back the ones not started (on stop, a timeout or, in order, a failure)."""
+        done: list[int] = []
+        started = 0
+        try:
+            for event in events:
+                if self.stop.is_set():
+                    break
+                started += 1
+                if not self._deliver(event, done) and stop_on_failure:
+                    break
+        finally:
+            self.claimer.ack(done)
+            self.claimer.release(e.id for e in events[started:])
+
+    def _deliver(self, event: Event, done: list[int]) -> bool:
+        """Run the handler; on success the event id goes to ``done`` (acknowledged
+        with its batch) unless the handler is transactional (acknowledged with it)."""
+        handler = self.handlers[event.tag]
+        with self.in_flight_lock:
+            self.in_flight.add(event.id)
+        started = time.monotonic()
+        try:
+            if handler.transactional:
+                self._run_transactional(handler, event)
+            else:
+                self._run(handler.function, event)
+                done.append(event.id)
+            self._observe(event.tag, "handled", time.monotonic() - started)
+            return True
+        except HandlerTimeout:
+            self._failed(event, f"timed out after {self.options.timeout:g}s", started)
+            self.stop.set()
+            raise
+        except Exception as exc:
+            self._failed(event, f"{type(exc).__name__}: {exc}", started)
+            return False
+        finally:
+            with self.in_flight_lock:
+                self.in_flight.discard(event.id)
+
+    def _run(self, function: Callable[[Event], object], event: Event) -> None:
+        outcome: dict[str, BaseException] = {}
+
+        def call() -> None:
+            try:
+                function(event)
+            except BaseException as exc:  # handed to the worker thread below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=call, name=f"handler-{event.id}", daemon=True)
+        thread.start()
+        thread.join(self.options.timeout)
+        if thread.is_alive():
+            raise HandlerTimeout()
+        if "error" in outcome:
+            raise outcome["error"]
+
+    def _run_transactional(self, handler: Handler, event: Event) -> None:
+        """The handler's writes and the acknowledgement commit together."""
+        with self.db.transaction() as cursor:
+            event.cursor = cursor
+            try:
+                self._run(handler.function, event)
+            finally:
+                event.cursor = None
+            self.claimer.ack_in(cursor, event.id)
+
+    def _failed(self, event: Event, error: str, started: float) -> None:
+        dead = self.options.is_last_attempt(event.attempt)
+        delay = 0.0 if dead else self.options.retry_delay(event.attempt)
+        self.claimer.fail(event.id, error, delay, dead)
+        self._observe(event.tag, "dead" if dead else "failed", time.monotonic() - started)
+        if dead:
+            log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
+        else:
+            log.warning(
+                "event %s (%s) attempt %s failed: %s; retrying in %.1fs",
+                event.id, event.tag, event.attempt, error, delay,
+            )
+
+    # -- leases and reports --------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        """Renew the leases of events being handled, every third of the lease,
+        on a connection of its own."""
+        db: Database | None = None
+        while not self.stop.wait(self.options.lease / 3):
+            with self.in_flight_lock:
+                ids = list(self.in_flight)
+            if not ids:
+                continue
+            try:
+                db = db or Database(self.options.settings)
+                Claimer(db, self.owner, self.options.lease).extend(ids)
+            except (DatabaseError, SubsError) as exc:
+                log.warning("could not renew leases: %s", first_line(exc))
+                db = None
+        if db is not None:
+            db.close()
+
+    def _observe(self, tag: str, outcome: str, seconds: float) -> None:
+        self.observations.append((tag, outcome, seconds))
+
+    def _flush_reports(self) -> None:
+        if self.reports is not None and self.observations:
+            self.reports.put(self.observations)
+        self.observations = []
+
+
+def main(options: ListenOptions, reports: Queue | None) -> None:
+    """Entry point of a spawned worker process."""
+    logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
+    worker = Worker(options, reports)
+
+    def request_stop(signum: int, frame: object) -> None:
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    code = worker.run()
+    logging.shutdown()
+    # Leave without interpreter shutdown: driver threads left by a dead
+    # attachment or a hung handler must not keep the process alive.
+    os._exit(code)

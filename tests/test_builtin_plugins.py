@@ -1,0 +1,354 @@
+"""The built-in handlers against real peers on 127.0.0.1 (an HTTP server, an
+SMTP server, subprocesses, files), and the subscriptions.testing helpers.
+No database is needed."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import email
+import email.policy
+import json
+import shlex
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from subscriptions.errors import SubsError
+from subscriptions.testing import deliver, load_handlers, make_event
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def handler(tag: str, settings: dict[str, Any]):
+    """The function the listener would call for ``tag`` with these settings."""
+    return load_handlers(config={tag: settings})[tag]
+
+
+# --- webhook -----------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class HttpPeer:
+    base: str
+    requests: list[Received] = field(default_factory=list)
+
+
+@pytest.fixture
+def http_peer() -> Iterator[HttpPeer]:
+    """Answers /ok 200, /empty 204, /fail 500, /redirect 302; /slow never answers."""
+    release = threading.Event()
+    peer = HttpPeer("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            peer.requests.append(Received(self.path, dict(self.headers), body))
+            if self.path.startswith("/slow"):
+                release.wait(5)
+                self.close_connection = True
+                return
+            status = {"/empty": 204, "/fail": 500, "/redirect": 302}.get(self.path.partition("?")[0], 200)
+            self.send_response(status)
+            if status == 302:
+                self.send_header("Location", "/ok")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+    peer.base = f"http://{LOOPBACK}:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield peer
+    release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def test_webhook_posts_event_json_with_headers(http_peer: HttpPeer) -> None:
+    post = handler("webhook", {"url": f"{http_peer.base}/ok", "headers": {"X-Token": "t0k"}})
+    event = make_event("webhook", table="ORDERS", action="U", id=42, attempt=3,
+                       new={"ID": 42, "AMOUNT": Decimal("9.90")})
+    deliver(post, event)
+    [request] = http_peer.requests
+    assert request.path == "/ok"
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["X-Subs-Event-Id"] == "42"
+    assert request.headers["X-Subs-Attempt"] == "3"
+    assert request.headers["X-Token"] == "t0k"
+    body = json.loads(request.body)
+    assert body["table"] == "ORDERS" and body["action"] == "U" and body["tag"] == "webhook"
+    assert body["new"] == {"ID": 42, "AMOUNT": "9.90"}
+
+
+def test_webhook_accepts_204(http_peer: HttpPeer) -> None:
+    deliver(handler("webhook", {"url": f"{http_peer.base}/empty"}), make_event("webhook"))
+    assert len(http_peer.requests) == 1
+
+
+def test_webhook_sends_url_credentials_as_basic_auth_and_hides_them(http_peer: HttpPeer) -> None:
+    url = http_peer.base.replace("//", "//alice:s3cr%40t@") + "/fail?token=hidden"
+    with pytest.raises(RuntimeError) as failure:
+        deliver(handler("webhook", {"url": url}), make_event("webhook"))
+    message = str(failure.value)
+    assert "HTTP 500" in message and f"{http_peer.base}/fail" in message
+    assert "s3cr" not in message and "alice" not in message and "hidden" not in message
+    auth = http_peer.requests[0].headers["Authorization"]
+    assert base64.b64decode(auth.removeprefix("Basic ")) == b"alice:s3cr@t"
+
+
+def test_webhook_does_not_follow_redirects(http_peer: HttpPeer) -> None:
+    with pytest.raises(RuntimeError, match="HTTP 302"):
+        deliver(handler("webhook", {"url": f"{http_peer.base}/redirect"}), make_event("webhook"))
+    assert [r.path for r in http_peer.requests] == ["/redirect"]
+
+
+def test_webhook_times_out(http_peer: HttpPeer) -> None:
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"/slow: no answer within 0.5 s"):
+        deliver(handler("webhook", {"url": f"{http_peer.base}/slow", "timeout": "0.5"}), make_event("webhook"))
+    assert time.monotonic() - start < 3
+
+
+def test_webhook_fails_on_closed_port() -> None:
+    url = f"http://{LOOPBACK}:{free_port()}/hook"
+    with pytest.raises(RuntimeError, match=r"webhook http://127\.0\.0\.1:\d+/hook: .*refused"):
+        deliver(handler("webhook", {"url": url, "timeout": 2}), make_event("webhook"))
+
+
+def test_webhook_without_url_says_how_to_set_it() -> None:
+    with pytest.raises(SubsError, match=r"\[handlers\.webhook\] url = .*SUBS__WEBHOOK__URL"):
+        deliver(handler("webhook", {}), make_event("webhook"))
+
+
+# --- send_email --------------------------------------------------------------
+
+
+class MailSink:
+    """An aiosmtpd handler keeping what it accepts; refuses recipients named nobody@."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[Any] = []
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:
+        if address.startswith("nobody@"):
+            return "550 5.1.1 no such user"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.envelopes.append(envelope)
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_peer() -> Iterator[tuple[MailSink, int]]:
+    sink = MailSink()
+    controller = Controller(sink, hostname=LOOPBACK, port=free_port())
+    controller.start()
+    yield sink, controller.port
+    controller.stop()
+
+
+def test_send_email_delivers_json_body(smtp_peer: tuple[MailSink, int]) -> None:
+    sink, port = smtp_peer
+    settings = {"host": LOOPBACK, "port": str(port), "from": "subs@example.com",
+                "to": "a@example.com, b@example.com", "starttls": "false", "timeout": "5"}
+    event = make_event("send_email", table="ORDERS", action="U", id=7,
+                       new={"ID": 7, "DAY": dt.date(2024, 1, 2)})
+    deliver(handler("send_email", settings), event)
+    [envelope] = sink.envelopes
+    assert envelope.mail_from == "subs@example.com"
+    assert envelope.rcpt_tos == ["a@example.com", "b@example.com"]
+    mail = email.message_from_bytes(envelope.content, policy=email.policy.default)
+    assert mail["Subject"] == "subs: ORDERS U {'ID': 7}"
+    assert mail["To"] == "a@example.com, b@example.com"
+    body = json.loads(mail.get_content())
+    assert body["id"] == 7 and body["new"] == {"ID": 7, "DAY": "2024-01-02"}
+
+
+def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[MailSink, int]) -> None:
+    sink, port = smtp_peer
+    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": ["ops@example.com"],
+                "subject": "{tag}: {table}#{id} attempt {attempt}"}
+    deliver(handler("send_email", settings), make_event("send_email", table="T\nX", id=5, attempt=2))
+    mail = email.message_from_bytes(sink.envelopes[0].content, policy=email.policy.default)
+    assert mail["Subject"] == "send_email: T X#5 attempt 2"
+
+
+def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]) -> None:
+    sink, port = smtp_peer
+    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "nobody@example.com",
+                "password": "pw-never-shown"}
+    with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user") as failure:
+        deliver(handler("send_email", settings), make_event("send_email"))
+    assert "pw-never-shown" not in str(failure.value)
+    assert sink.envelopes == []
+
+
+def test_send_email_fails_when_nothing_listens() -> None:
+    port = free_port()
+    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "a@example.com", "timeout": 2}
+    with pytest.raises(RuntimeError, match=rf"send_email via 127\.0\.0\.1:{port}: .*refused"):
+        deliver(handler("send_email", settings), make_event("send_email"))
+
+
+def test_send_email_settings_errors_name_the_tag() -> None:
+    with pytest.raises(SubsError, match=r"\[handlers\.send_email\] from = .*SUBS__SEND_EMAIL__FROM"):
+        deliver(handler("send_email", {"to": "a@example.com"}), make_event("send_email"))
+    with pytest.raises(SubsError, match=r"starttls must be true or false"):
+        deliver(handler("send_email", {"from": "s@example.com", "to": "a@example.com", "starttls": "maybe"}),
+                make_event("send_email"))
+    with pytest.raises(SubsError, match=r"subject is not a valid format string"):
+        deliver(handler("send_email", {"from": "s@example.com", "to": "a@example.com", "subject": "{nope}"}),
+                make_event("send_email"))
+
+
+# --- exec ----------------------------------------------------------------------
+
+
+def python(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", code, *args]
+
+
+def test_exec_passes_event_json_on_stdin(tmp_path: Path) -> None:
+    out = tmp_path / "stdin.json"
+    command = python("import sys, pathlib; pathlib.Path(sys.argv[1]).write_bytes(sys.stdin.buffer.read())", str(out))
+    deliver(handler("exec", {"command": command}), make_event("exec", table="ORDERS", id=9))
+    body = json.loads(out.read_text("utf-8"))
+    assert body["id"] == 9 and body["table"] == "ORDERS" and body["tag"] == "exec"
+
+
+def test_exec_splits_a_string_command_and_uses_cwd(tmp_path: Path) -> None:
+    code = "import pathlib; pathlib.Path('here.txt').write_text('ok')"
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    deliver(handler("exec", {"command": command, "cwd": str(tmp_path)}), make_event("exec"))
+    assert (tmp_path / "here.txt").read_text() == "ok"
+
+
+def test_exec_reports_exit_status_and_stderr_tail() -> None:
+    command = python("import sys; sys.stderr.write('x' * 500 + ' disk full'); sys.exit(3)")
+    with pytest.raises(RuntimeError, match=r"exit status 3: x+ disk full$") as failure:
+        deliver(handler("exec", {"command": command}), make_event("exec"))
+    assert str(failure.value).count("x") <= 200
+
+
+def test_exec_kills_command_after_timeout() -> None:
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"killed after 0.5 s"):
+        deliver(handler("exec", {"command": python("import time; time.sleep(30)"), "timeout": "0.5"}),
+                make_event("exec"))
+    assert time.monotonic() - start < 3
+
+
+def test_exec_configuration_errors() -> None:
+    with pytest.raises(SubsError, match=r"\[handlers\.exec\] command = .*SUBS__EXEC__COMMAND"):
+        deliver(handler("exec", {}), make_event("exec"))
+    with pytest.raises(SubsError, match=r"cannot run '/no/such/program'"):
+        deliver(handler("exec", {"command": ["/no/such/program"]}), make_event("exec"))
+
+
+# --- log -------------------------------------------------------------------------
+
+
+def test_log_appends_json_lines_to_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    log = handler("log", {"path": str(path)})
+    values = {"ID": 1, "PRICE": Decimal("1.50"), "DAY": dt.date(2024, 2, 29), "BLOB": b"\x00\xff"}
+    deliver(log, make_event("log", new=values))
+    deliver(log, make_event("log", action="D", id=2))
+    first, second = (json.loads(line) for line in path.read_text("utf-8").splitlines())
+    assert first["new"] == {"ID": 1, "PRICE": "1.50", "DAY": "2024-02-29", "BLOB": "AP8="}
+    assert second["action"] == "D" and second["old"] == {"ID": 2} and second["new"] is None
+
+
+def test_log_writes_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    deliver(handler("log", {}), make_event("log", table="ORDERS"))
+    line = capsys.readouterr().out
+    assert line.endswith("\n") and json.loads(line)["table"] == "ORDERS"
+
+
+# --- subscriptions.testing ----------------------------------------------------
+
+
+def test_make_event_defaults() -> None:
+    insert = make_event()
+    assert (insert.tag, insert.table, insert.action, insert.attempt, insert.subscription_id) == ("test", "T", "I", 1, 1)
+    assert insert.pk == {"ID": 1} and insert.new == {"ID": 1} and insert.old is None
+    assert abs((dt.datetime.now() - insert.created_at).total_seconds()) < 60
+    update = make_event(action="U", id=3)
+    assert update.old == update.new == update.pk == {"ID": 3}
+    delete = make_event(action="D", pk={"CODE": "x"})
+    assert delete.old == {"CODE": "x"} and delete.new is None
+    with pytest.raises(ValueError):
+        make_event(action="X")
+
+
+def test_load_handlers_finds_the_builtins() -> None:
+    handlers = load_handlers()
+    for name in ("log", "webhook", "send_email", "exec"):
+        assert handlers[name].plugin == f"builtin:{name}"
+        assert not handlers[name].transactional
+
+
+def test_alias_tag_posts_to_its_own_url(http_peer: HttpPeer) -> None:
+    config = {"webhook": {"url": f"{http_peer.base}/main"}, "audit": {"use": "webhook", "url": f"{http_peer.base}/audit"}}
+    handlers = load_handlers(config=config)
+    deliver(handlers["audit"], make_event("audit"))
+    deliver(handlers["webhook"], make_event("webhook"))
+    assert [r.path for r in http_peer.requests] == ["/audit", "/main"]
+    assert json.loads(http_peer.requests[0].body)["tag"] == "audit"
+
+
+PLUGIN = '''
+from subscriptions import hookimpl
+
+@hookimpl
+def register_handlers(register, config):
+    def note(event):
+        with open(config[event.tag]["path"], "a") as file:
+            file.write(f"{event.tag} {event.id} {event.cursor}\\n")
+    register("note", note)
+    register("tx_note", note, transactional=True)
+'''
+
+
+def test_deliver_runs_a_plugin_from_a_file(tmp_path: Path) -> None:
+    plugin = tmp_path / "note_plugin.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "notes.txt"
+    handlers = load_handlers(plugins=[str(plugin)], config={"note": {"path": str(out)}, "tx_note": {"path": str(out)}})
+    assert handlers["note"].plugin == str(plugin) and handlers["tx_note"].transactional
+    event = make_event("note", id=5)
+    deliver(handlers["note"], event, cursor="CURSOR")
+    deliver(handlers["tx_note"], make_event("tx_note", id=6))
+    deliver(handlers["tx_note"], make_event("tx_note", id=7), cursor="CURSOR")
+    assert out.read_text().splitlines() == ["note 5 None", "tx_note 6 None", "tx_note 7 CURSOR"]
+    assert event.cursor is None

@@ -1,0 +1,295 @@
+"""Pidfile, stop, detach and systemd unit, with real processes and no database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from subscriptions import daemon
+from subscriptions.errors import SubsError
+
+# A stand-in for a listener: "subscriptions" in its argv makes it count as subs.
+LISTENER = textwrap.dedent(
+    """
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print("ready", flush=True)
+    time.sleep(30)
+    """
+)
+STUBBORN = LISTENER.replace("lambda *_: sys.exit(0)", "signal.SIG_IGN")
+
+DETACHING = textwrap.dedent(
+    """
+    import logging, os, sys, time
+    from subscriptions import daemon, logs
+    from subscriptions.errors import SubsError
+    try:
+        daemon.detach(pidfile=sys.argv[1], logfile=sys.argv[2])
+    except SubsError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    logs.configure(fmt="json")
+    umask = os.umask(0)
+    os.umask(umask)
+    logging.getLogger("subs.test").info("daemon up", extra={"cwd": os.getcwd(), "umask": umask})
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+def _start(code: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", code, "subscriptions"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    return child
+
+
+@pytest.fixture
+def listener() -> Iterator[subprocess.Popen[str]]:
+    child = _start(LISTENER)
+    yield child
+    child.kill()
+    child.wait()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    child = subprocess.Popen(["sleep", "30"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["/srv/.venv/bin/python3", "/srv/.venv/bin/subs", "listen"], True),
+        (["/usr/local/bin/subs", "listen"], True),
+        (["python3.11", "-m", "subscriptions", "listen"], True),
+        (["python3", "-c", "pass", "subscriptions"], True),
+        (["sleep", "30"], False),
+        (["python3", "-m", "pytest", "tests/test_subscriptions_cli.py"], False),
+        (["vim", "subs"], False),
+        ([], False),
+    ],
+)
+def test_is_subs_rule(argv: list[str], expected: bool) -> None:
+    assert daemon.is_subs(argv) is expected
+
+
+def test_pidfile_create_is_atomic_0644_and_removed_only_by_owner(tmp_path: Path) -> None:
+    path = tmp_path / "subs.pid"
+    pidfile = daemon.PidFile(str(path))
+    old_umask = os.umask(0o077)
+    try:
+        pidfile.create()
+    finally:
+        os.umask(old_umask)
+    assert path.read_text() == f"{os.getpid()}\n"
+    assert _mode(path) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["subs.pid"]
+    pidfile.remove(pid=os.getpid() + 1)
+    assert path.exists()
+    pidfile.remove()
+    assert not path.exists()
+    pidfile.remove()
+
+
+def test_pidfile_refuses_a_running_subs(tmp_path: Path, listener: subprocess.Popen[str]) -> None:
+    path = tmp_path / "subs.pid"
+    daemon.PidFile(str(path)).create(listener.pid)
+    with pytest.raises(SubsError) as error:
+        daemon.PidFile(str(path)).create()
+    assert str(error.value) == (
+        f"subs is already running with pid {listener.pid} (pidfile {path}); "
+        f"stop it with `subs stop --pidfile {path}`"
+    )
+    assert path.read_text() == f"{listener.pid}\n"
+
+
+@pytest.mark.parametrize("content", ["dead", "reused", "garbage"])
+def test_pidfile_replaces_a_stale_one(tmp_path: Path, sleeper: subprocess.Popen[bytes], content: str) -> None:
+    path = tmp_path / "subs.pid"
+    path.write_text({"dead": f"{_dead_pid()}\n", "reused": f"{sleeper.pid}\n", "garbage": "oops"}[content])
+    daemon.PidFile(str(path)).create()
+    assert path.read_text() == f"{os.getpid()}\n"
+
+
+def test_stop_without_pidfile(tmp_path: Path) -> None:
+    path = tmp_path / "subs.pid"
+    with pytest.raises(SubsError, match=f"^no pidfile at {path}; is subs running\\?$"):
+        daemon.stop(str(path))
+
+
+def test_stop_with_garbage_pidfile(tmp_path: Path) -> None:
+    path = tmp_path / "subs.pid"
+    path.write_text("not a pid\n")
+    with pytest.raises(SubsError, match="does not hold a pid .*remove it if subs is not running"):
+        daemon.stop(str(path))
+    assert path.exists()
+
+
+def test_stop_with_stale_pidfile_removes_it(tmp_path: Path) -> None:
+    path = tmp_path / "subs.pid"
+    pid = _dead_pid()
+    path.write_text(f"{pid}\n")
+    with pytest.raises(SubsError) as error:
+        daemon.stop(str(path))
+    assert str(error.value) == f"pidfile {path} names pid {pid}, which is not running (stale pidfile removed)"
+    assert not path.exists()
+
+
+def test_stop_refuses_to_signal_an_unrelated_process(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    path = tmp_path / "subs.pid"
+    path.write_text(f"{sleeper.pid}\n")
+    with pytest.raises(SubsError, match=f"names pid {sleeper.pid}, which is not subs \\(sleep 30\\); not signalling"):
+        daemon.stop(str(path))
+    time.sleep(0.1)
+    assert sleeper.poll() is None
+    assert path.exists()
+
+
+def test_stop_terminates_a_subs_process(tmp_path: Path, listener: subprocess.Popen[str]) -> None:
+    path = tmp_path / "subs.pid"
+    path.write_text(f"{listener.pid}\n")
+    assert daemon.stop(str(path), timeout=5) == listener.pid
+    assert listener.wait(timeout=1) == 0
+    assert not path.exists()
+
+
+def test_stop_reports_a_process_that_does_not_exit(tmp_path: Path) -> None:
+    stubborn = _start(STUBBORN)
+    try:
+        path = tmp_path / "subs.pid"
+        path.write_text(f"{stubborn.pid}\n")
+        with pytest.raises(SubsError, match=f"still running 0.3s after SIGTERM; .*`kill -KILL {stubborn.pid}`"):
+            daemon.stop(str(path), timeout=0.3)
+        assert stubborn.poll() is None
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+
+
+def _run_detaching(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "detaching.py"
+    script.write_text(DETACHING)
+    return subprocess.run(
+        [sys.executable, str(script), "run/subs.pid", "subs.log", "subscriptions"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+
+
+def _wait_for_line(path: Path, deadline: float) -> str:
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.02)
+    raise AssertionError(f"nothing logged to {path}")
+
+
+def test_detach_runs_in_background_until_stopped(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    pidfile, logfile = tmp_path / "run" / "subs.pid", tmp_path / "subs.log"
+    started = time.monotonic()
+    result = _run_detaching(tmp_path)
+    try:
+        assert (result.returncode, result.stderr) == (0, "")
+        assert time.monotonic() - started < 5
+        pid = int(pidfile.read_text())
+        assert result.stdout == f"subs listening in the background, pid {pid} (log: subs.log)\n"
+        assert daemon.is_alive(pid) and pid != os.getpid()
+        assert _mode(pidfile) == 0o644
+        assert _mode(logfile) == 0o600
+        entry = json.loads(_wait_for_line(logfile, started + 5))
+        assert entry["message"] == "daemon up" and entry["process"] == pid
+        assert entry["cwd"] == str(tmp_path) and entry["umask"] == 0o027
+        assert daemon.stop(str(pidfile), timeout=5) == pid
+        assert not daemon.is_alive(pid)
+        assert not pidfile.exists()
+    finally:
+        if pidfile.exists() and daemon.is_alive(pid := int(pidfile.read_text())):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_detach_reports_a_running_listener_as_an_error(tmp_path: Path, listener: subprocess.Popen[str]) -> None:
+    (tmp_path / "run").mkdir()
+    pidfile = tmp_path / "run" / "subs.pid"
+    pidfile.write_text(f"{listener.pid}\n")
+    result = _run_detaching(tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"Error: subs is already running with pid {listener.pid} (pidfile {pidfile}); "
+        f"stop it with `subs stop --pidfile {pidfile}`\n"
+    )
+    assert result.stdout == ""
+    assert pidfile.read_text() == f"{listener.pid}\n"
+
+
+def test_systemd_unit() -> None:
+    unit = daemon.systemd_unit(
+        executable="/opt/my apps/.venv/bin/subs",
+        arguments=["--database", "/data/100% sure.fdb", "listen", "--log-format", "json", 'say "$HOME"'],
+        working_directory="/srv/subs work",
+        environment_file="/etc/subs/subs.env",
+        user="subs",
+    )
+    lines = unit.splitlines()
+    assert lines[:4] == ["[Unit]", "Description=subs listener", "Wants=network-online.target",
+                         "After=network-online.target"]
+    assert (
+        'ExecStart="/opt/my apps/.venv/bin/subs" --database "/data/100%% sure.fdb" listen --log-format json '
+        '"say \\"$$HOME\\""'
+    ) in lines
+    for line in [
+        "[Service]",
+        "Type=simple",
+        "WorkingDirectory=/srv/subs work",
+        "EnvironmentFile=-/etc/subs/subs.env",
+        "User=subs",
+        "Restart=on-failure",
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=60",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ]:
+        assert line in lines
+    assert "password" not in unit.lower()
+    without_user = daemon.systemd_unit(
+        executable="/usr/bin/subs", arguments=["listen"], working_directory="/", environment_file="/etc/subs.env"
+    )
+    assert "User=" not in without_user and "ExecStart=/usr/bin/subs listen" in without_user.splitlines()
+
+
+@pytest.mark.parametrize("argument", ["--password", "--password=secret"])
+def test_systemd_unit_refuses_a_password_argument(argument: str) -> None:
+    with pytest.raises(ValueError, match="ISC_PASSWORD"):
+        daemon.systemd_unit(
+            executable="/usr/bin/subs",
+            arguments=[argument, "secret", "listen"],
+            working_directory="/srv",
+            environment_file="/etc/subs.env",
+        )

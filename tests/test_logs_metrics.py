@@ -1,0 +1,191 @@
+"""Log formats and the Prometheus endpoint, with a real socket on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import pickle
+import re
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from subscriptions import logs, metrics
+from subscriptions.errors import SubsError
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+def test_json_lines_have_extras_and_exceptions(tmp_path: Path) -> None:
+    logfile = tmp_path / "subs.log"
+    logs.configure(fmt="json", logfile=str(logfile))
+    log = logging.getLogger("subs.test")
+    log.info("event %s handled", 7, extra={"tag": "orders", "event_id": 7, "path": Path("/x")})
+    log.debug("not at INFO")
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        log.exception("handler failed\nbadly")
+    first, second = (json.loads(line) for line in logfile.read_text().splitlines())
+    assert first["message"] == "event 7 handled" and first["level"] == "INFO" and first["logger"] == "subs.test"
+    assert (first["tag"], first["event_id"], first["path"], first["process"]) == ("orders", 7, "/x", os.getpid())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", first["time"])
+    assert "exc" not in first and "args" not in first and "msg" not in first
+    assert second["message"] == "handler failed\nbadly" and second["level"] == "ERROR"
+    assert second["exc"].startswith("Traceback") and "ZeroDivisionError" in second["exc"]
+
+
+def test_text_format_and_private_appended_logfile(tmp_path: Path) -> None:
+    logfile = tmp_path / "subs.log"
+    old_umask = os.umask(0)
+    try:
+        logs.configure(level="warning", logfile=str(logfile))
+    finally:
+        os.umask(old_umask)
+    logging.getLogger("subs.test").info("hidden")
+    logging.getLogger("subs.test").warning("lag is %ss", 3)
+    assert stat.S_IMODE(logfile.stat().st_mode) == 0o600
+    logs.configure(logfile=str(logfile))
+    logging.getLogger("subs.test").info("again")
+    lines = logfile.read_text().splitlines()
+    assert len(lines) == 2
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING subs.test: lag is 3s", lines[0])
+    assert lines[1].endswith(" INFO subs.test: again")
+
+
+def test_configure_twice_replaces_its_handlers(tmp_path: Path) -> None:
+    before = len(logging.getLogger().handlers)
+    logs.configure(logfile=str(tmp_path / "one.log"))
+    logs.configure(logfile=str(tmp_path / "two.log"))
+    logging.getLogger("subs.test").warning("where")
+    assert len(logging.getLogger().handlers) == before + 1
+    assert (tmp_path / "one.log").read_text() == ""
+    assert "where" in (tmp_path / "two.log").read_text()
+
+
+def test_configure_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown log format 'xml'"):
+        logs.configure(fmt="xml")
+    with pytest.raises(ValueError, match="unknown log level 'LOUD'"):
+        logs.configure(level="LOUD")
+    with pytest.raises(SubsError, match="cannot open logfile .*: No such file or directory; choose another --logfile"):
+        logs.configure(logfile=str(tmp_path / "missing" / "subs.log"))
+
+
+def _samples(text: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[0] != "#"}
+
+
+def test_render_is_prometheus_text_format() -> None:
+    m = metrics.Metrics()
+    for outcome, seconds in [("handled", 0.003), ("handled", 0.01), ("handled", 0.2), ("failed", 20), ("dead", 1)]:
+        m.observe("orders", outcome, seconds)
+    m.set_queue("orders", 5, 2, 12.5)
+    m.set_queue("idle", 0, 0, None)
+    text = m.render()
+    assert text.endswith("\n")
+    samples = _samples(text)
+    assert samples['subs_events_handled_total{tag="orders"}'] == 3
+    assert samples['subs_events_failed_total{tag="orders"}'] == 1
+    assert samples['subs_events_dead_total{tag="orders"}'] == 1
+    assert samples['subs_queue_pending{tag="orders"}'] == 5 and samples['subs_queue_in_flight{tag="orders"}'] == 2
+    assert samples['subs_lag_seconds{tag="orders"}'] == 12.5 and samples['subs_lag_seconds{tag="idle"}'] == 0
+    buckets = [(key, value) for key, value in samples.items() if key.startswith("subs_handler_duration_seconds_bucket")]
+    assert [key.split('le="')[1][:-2] for key, _ in buckets] == [
+        "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "+Inf"
+    ]
+    assert [value for _, value in buckets] == [1, 2, 2, 2, 2, 3, 3, 4, 4, 4, 4, 5]
+    assert samples['subs_handler_duration_seconds_count{tag="orders"}'] == 5
+    assert samples['subs_handler_duration_seconds_sum{tag="orders"}'] == pytest.approx(21.213)
+    typed = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    assert typed["subs_handler_duration_seconds"] == "histogram" and typed["subs_lag_seconds"] == "gauge"
+    assert set(re.findall(r"^# HELP (\S+) \S", text, re.MULTILINE)) == set(typed)
+    for name in samples:
+        family = re.sub(r"(_bucket|_sum|_count)$", "", name.split("{")[0])
+        assert family in typed, name
+
+
+def test_label_values_are_escaped() -> None:
+    m = metrics.Metrics()
+    m.observe('we"ird\\tag\nx', "handled", 0.1)
+    assert 'subs_events_handled_total{tag="we\\"ird\\\\tag\\nx"} 1\n' in m.render()
+
+
+def test_observe_rejects_unknown_outcomes() -> None:
+    with pytest.raises(ValueError, match="unknown outcome 'ok'"):
+        metrics.Metrics().observe("orders", "ok", 0.1)
+
+
+def test_worker_deltas_merge_into_the_supervisor() -> None:
+    supervisor, one, two = metrics.Metrics(), metrics.Metrics(), metrics.Metrics()
+    one.observe("orders", "handled", 0.02)
+    two.observe("orders", "handled", 3)
+    two.observe("orders", "failed", 0.001)
+    two.observe("users", "dead", 0.5)
+    supervisor.set_queue("orders", 4, 1, 2.0)
+    for worker in (one, two):
+        supervisor.merge(pickle.loads(pickle.dumps(worker.snapshot(reset=True))))
+    assert one.snapshot() == two.snapshot() == {"events": {}, "durations": {}, "queue": {}}
+    merged = supervisor.snapshot()
+    assert merged["events"] == {
+        "orders": {"handled": 2, "failed": 1, "dead": 0},
+        "users": {"handled": 0, "failed": 0, "dead": 1},
+    }
+    assert merged["durations"]["orders"]["buckets"] == [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+    assert merged["durations"]["orders"]["count"] == 3
+    assert merged["durations"]["orders"]["sum"] == pytest.approx(3.021)
+    assert merged["queue"] == {"orders": {"pending": 4, "in_flight": 1, "lag": 2.0}}
+
+
+def _get(port: int, path: str) -> tuple[int, str, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_serve_answers_metrics_and_404_elsewhere() -> None:
+    m = metrics.Metrics()
+    m.observe("orders", "handled", 0.1)
+    server = metrics.serve(m, 0)
+    try:
+        assert server.port > 0
+        status, content_type, body = _get(server.port, "/metrics")
+        assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+        assert body == m.render()
+        assert _get(server.port, "/")[0] == 404
+        assert _get(server.port, "/metrics/extra")[0] == 404
+    finally:
+        server.close()
+    with pytest.raises(ConnectionRefusedError):
+        _get(server.port, "/metrics")
+
+
+def test_serve_reports_a_port_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SubsError) as error:
+            metrics.serve(metrics.Metrics(), port)
+    assert str(error.value) == (
+        f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port"
+    )
