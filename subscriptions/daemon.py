@@ -45,7 +45,8 @@ def is_subs(argv: list[str]) -> bool:
     names = [os.path.basename(arg) for arg in argv]
     if names and names[0] == "subs":
         return True
-    return bool(names) and names[0].startswith("python") and ("subs" in names or "subscriptions" in argv[1:])
+    is_python = bool(names) and names[0].startswith("python")
+    return is_python and ("subs" in names or "subscriptions" in argv[1:])
 
 
 def is_alive(pid: int) -> bool:
@@ -78,7 +79,8 @@ class PidFile:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise SubsError(f"cannot read pidfile {self.path}: {exc.strerror}; check its permissions") from None
+            reason = exc.strerror or exc
+            raise SubsError(f"cannot read pidfile {self.path}: {reason}; check its permissions") from None
         if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) <= 1:
             raise SubsError(
                 f"pidfile {self.path} does not hold a pid ({text.strip()[:20]!r}); "
@@ -107,17 +109,16 @@ class PidFile:
             )
 
     def create(self, pid: int | None = None) -> None:
-        """Write ``pid`` (default: ours) with mode 0o644, replacing a stale file.
+        """Write ``pid`` (default: ours) with mode 0o644, replacing a stale file:
+        one naming a dead pid, a pid reused by another program, or no pid.
 
         The temp file + rename means readers never see a half-written pid.
         """
         self.check()
-        directory = os.path.dirname(os.path.abspath(self.path))
+        directory, name = os.path.split(os.path.abspath(self.path))
+        temp = None
         try:
-            fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(self.path)}.")
-        except OSError as exc:
-            raise SubsError(f"cannot write pidfile {self.path}: {exc.strerror}; choose another --pidfile") from None
-        try:
+            fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
             with os.fdopen(fd, "w", encoding="ascii") as file:
                 os.fchmod(fd, 0o644)
                 file.write(f"{pid or os.getpid()}\n")
@@ -125,18 +126,18 @@ class PidFile:
                 os.fsync(fd)
             os.replace(temp, self.path)
         except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise SubsError(f"cannot write pidfile {self.path}: {exc.strerror}; choose another --pidfile") from None
+            if temp:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+            reason = exc.strerror or exc
+            raise SubsError(f"cannot write pidfile {self.path}: {reason}; choose another --pidfile") from None
 
     def remove(self, pid: int | None = None) -> None:
         """Delete the file if it still names ``pid`` (default: ours), so a newer
         listener's pidfile is never removed by an old one."""
-        try:
+        with contextlib.suppress(SubsError, FileNotFoundError):
             if self.read() == (pid or os.getpid()):
                 os.unlink(self.path)
-        except (SubsError, FileNotFoundError):
-            pass
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -156,16 +157,15 @@ def detach(*, pidfile: str, logfile: str) -> None:
     """
     pids = PidFile(os.path.abspath(pidfile))
     pids.check()
-    try:
-        log_fd = open_append(logfile)
-    except OSError as exc:
-        raise SubsError(f"cannot open logfile {logfile}: {exc.strerror}; choose another --logfile") from None
+    log_fd = open_append(logfile)
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
     try:
         child = os.fork()
     except OSError as exc:
+        for fd in (read_end, write_end, log_fd):
+            os.close(fd)
         raise SubsError(f"cannot start the background listener: {exc.strerror}") from None
     if child:
         os.close(write_end)
@@ -174,7 +174,8 @@ def detach(*, pidfile: str, logfile: str) -> None:
             report = pipe.read().decode(errors="replace")
         os.waitpid(child, 0)
         if not report.startswith("ok "):
-            raise SubsError(report.removeprefix("error ") or f"the background listener died at start; see {logfile}")
+            died = f"the background listener died while starting; see {logfile}"
+            raise SubsError(report.removeprefix("error ") or died)
         print(f"subs listening in the background, pid {report[3:]} (log: {logfile})", flush=True)
         raise SystemExit(0)
     os.close(read_end)
@@ -225,7 +226,7 @@ def stop(pidfile: str, *, timeout: float = 30.0) -> int:
     try:
         os.kill(pid, signal.SIGTERM)
     except PermissionError:
-        raise SubsError(f"not allowed to signal pid {pid}; run `subs stop` as the user running subs") from None
+        raise SubsError(f"not allowed to signal pid {pid}; run `subs stop` as the user running it") from None
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + timeout

@@ -31,7 +31,11 @@ _installed: list[logging.Handler] = []
 def open_append(path: str) -> int:
     """Open ``path`` for appending, creating it readable by its owner only:
     logs can hold row data, which other local users should not read."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise SubsError(f"cannot open logfile {path}: {reason}; choose another --logfile") from None
 
 
 class JsonFormatter(logging.Formatter):
@@ -76,15 +80,9 @@ def configure(*, level: str = "INFO", fmt: str = "text", logfile: str | None = N
         formatter = logging.Formatter(TEXT_FORMAT)
     else:
         raise ValueError(f"unknown log format {fmt!r}; use one of {', '.join(FORMATS)}")
-    handler: logging.Handler
-    if logfile:
-        try:
-            handler = _PrivateFileHandler(logfile, encoding="utf-8")
-        except OSError as exc:
-            reason = exc.strerror or exc
-            raise SubsError(f"cannot open logfile {logfile}: {reason}; choose another --logfile") from None
-    else:
-        handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = (
+        _PrivateFileHandler(logfile, encoding="utf-8") if logfile else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in _installed:

@@ -83,7 +83,9 @@ class Metrics:
             duration["sum"] += seconds
             duration["count"] += 1
 
-    def set_queue(self, tag: str, pending: int, in_flight: int, oldest_pending_age_seconds: float | None) -> None:
+    def set_queue(
+        self, tag: str, pending: int, in_flight: int, oldest_pending_age_seconds: float | None
+    ) -> None:
         """Record the queue state of ``tag``, as last seen in the event log."""
         with self._lock:
             self._data["queue"][tag] = {
@@ -186,6 +188,6 @@ def serve(metrics: Metrics, port: int, host: str = "127.0.0.1") -> MetricsServer
     try:
         server = ThreadingHTTPServer((host, port), Handler)
     except OSError as exc:
-        reason = exc.strerror or exc
-        raise SubsError(f"cannot serve metrics on {host}:{port}: {reason}; choose another --metrics-port") from None
+        where, reason = f"{host}:{port}", exc.strerror or exc
+        raise SubsError(f"cannot serve metrics on {where}: {reason}; choose another --metrics-port") from None
     return MetricsServer(server)

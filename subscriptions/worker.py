@@ -62,8 +62,16 @@ class Worker:
 
     # -- connection and wake-up -------------------------------------------------
 
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT mean "stop gracefully". Installed after attaching:
+        the embedded engine sets its own handlers, which shut down every
+        attachment of the process at once."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.stop.set())
+
     def _connect(self) -> None:
         self.db = Database(self.options.settings)
+        self._install_signal_handlers()
         self.claimer = Claimer(self.db, self.owner, self.options.lease)
         self._refresh_targets()
 
@@ -95,6 +103,8 @@ class Worker:
                 collector.close()
             except TypeError:
                 time.sleep(0.01)
+            except DatabaseError:
+                return  # its attachment is gone, and the notifications with it
 
     def _disconnect(self) -> None:
         self._close_collector()
@@ -294,12 +304,7 @@ def main(options: ListenOptions, reports: Queue | None) -> None:
     """Entry point of a spawned worker process."""
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     worker = Worker(options, reports)
-
-    def request_stop(signum: int, frame: object) -> None:
-        worker.stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    worker._install_signal_handlers()
     code = worker.run()
     logging.shutdown()
     # Leave without interpreter shutdown: driver threads left by a dead

@@ -311,9 +311,11 @@ def test_make_event_defaults() -> None:
         make_event(action="X")
 
 
-def test_load_handlers_finds_the_builtins() -> None:
-    handlers = load_handlers()
-    for name in ("log", "webhook", "send_email", "exec"):
+def test_load_handlers_finds_the_configured_builtins() -> None:
+    builtins = ("log", "webhook", "send_email", "exec")
+    assert not set(builtins) & set(load_handlers()), "built-ins are opt-in"
+    handlers = load_handlers(config={name: {} for name in builtins})
+    for name in builtins:
         assert handlers[name].plugin == f"builtin:{name}"
         assert not handlers[name].transactional
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -282,6 +283,27 @@ def test_systemd_unit() -> None:
         executable="/usr/bin/subs", arguments=["listen"], working_directory="/", environment_file="/etc/subs.env"
     )
     assert "User=" not in without_user and "ExecStart=/usr/bin/subs listen" in without_user.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
+    """systemd's own parser: an unbalanced quote or a relative path fails verification."""
+    home = tmp_path / "my 100% apps"
+    home.mkdir()
+    executable = home / "subs"
+    executable.write_text("#!/bin/sh\n")
+    executable.chmod(0o755)
+    unit = tmp_path / "subs-test.service"
+    unit.write_text(
+        daemon.systemd_unit(
+            executable=str(executable),
+            arguments=["-d", str(home / "it's.fdb"), "listen", 'a "quoted" \\ word', ""],
+            working_directory=str(home),
+            environment_file=str(tmp_path / "missing.env"),
+        )
+    )
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("argument", ["--password", "--password=secret"])

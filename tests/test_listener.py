@@ -1,0 +1,281 @@
+"""`subs listen` end to end, as real processes, on both engines: modes,
+retries and dead events, crashes, leases, graceful stop, reconnects."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Subs, execute, query
+
+RECORDER = '''
+import json, os, time
+from subscriptions import hookimpl
+
+RECORD = os.environ["RECORD_FILE"]
+
+
+def append(event, phase):
+    line = {"id": event.id, "attempt": event.attempt, "pid": os.getpid(), "key": event.pk["ID"],
+            "tag": event.tag, "sub": event.subscription_id, "phase": phase}
+    with open(RECORD, "a") as file:
+        file.write(json.dumps(line) + "\\n")
+
+
+@hookimpl
+def register_handlers(register):
+    register("rec", handle)
+    register("rec2", handle)
+    register("audit", write_audit, transactional=True)
+
+
+def handle(event):
+    """Behaves as the row's NOTE says: sleepN, fail, fail_once, or nothing."""
+    note = (event.new or event.old or {}).get("NOTE") or ""
+    append(event, "start")
+    if note.startswith("sleep") and event.attempt == 1:
+        time.sleep(float(note[5:]))
+    if note == "fail" or (note == "fail_once" and event.attempt == 1):
+        raise RuntimeError(f"asked to fail ({note})")
+    append(event, "done")
+
+
+def write_audit(event):
+    event.cursor.execute("INSERT INTO AUDIT (EVENT_ID, ITEM_ID) VALUES (?, ?)", (event.id, event.pk["ID"]))
+    if (event.new or {}).get("NOTE") == "fail":
+        raise RuntimeError("audit write rolled back")
+'''
+
+TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
+
+
+class Listener:
+    """One `subs listen` process with the recording plugin."""
+
+    def __init__(self, settings, tmp_path: Path, *args: str) -> None:
+        self.record = tmp_path / "record.jsonl"
+        plugin = tmp_path / "recorder.py"
+        plugin.write_text(RECORDER)
+        env = {**os.environ, "RECORD_FILE": str(self.record), "ISC_USER": settings.effective_user,
+               "ISC_PASSWORD": settings.password or ""}
+        self.log = open(tmp_path / f"listener-{time.monotonic_ns()}.log", "w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin),
+             "--backoff-min", "0.1", "--backoff-max", "0.2", *args],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def lines(self) -> list[dict]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    def wait_for(self, condition, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition(self.lines()):
+            if self.process.poll() is not None and not condition(self.lines()):
+                raise AssertionError(f"listener exited with {self.process.returncode}: {self.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; record: {self.lines()[-5:]}; log: {self.output()[-2000:]}")
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 120.0) -> int:
+        return self.process.wait(timeout)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def items(settings):
+    execute(settings, TABLE)
+    execute(settings, "CREATE TABLE AUDIT (EVENT_ID BIGINT, ITEM_ID INTEGER)")
+    Subs(settings).ok("add", "items", "IUD", "rec")
+    return settings
+
+
+@pytest.fixture
+def listeners():
+    started: list[Listener] = []
+    yield started
+    for listener in started:
+        listener.stop()
+
+
+def insert(settings, first: int, count: int, note: str = "") -> None:
+    from subscriptions.db import Database
+
+    with Database(settings) as db, db.transaction() as cursor:
+        for key in range(first, first + count):
+            cursor.execute("INSERT INTO ITEMS VALUES (?, ?)", (key, note))
+
+
+def handled(lines: list[dict]) -> list[int]:
+    return [line["id"] for line in lines if line["phase"] == "done"]
+
+
+def remaining(settings) -> int:
+    return query(settings, "SELECT COUNT(*) FROM EVENT_LOG")[0][0]
+
+
+def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listeners):
+    insert(items, 1, 30)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID <= 10")
+    execute(items, "DELETE FROM ITEMS WHERE ID <= 5")
+    listener = Listener(items, tmp_path, "--drain", "--batch", "7")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    ids = handled(listener.lines())
+    assert len(ids) == len(set(ids)) == 45
+    for sub in {line["sub"] for line in listener.lines()}:
+        in_sub = [line["id"] for line in listener.lines() if line["sub"] == sub and line["phase"] == "done"]
+        assert in_sub == sorted(in_sub)
+    assert remaining(items) == 0
+
+
+def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, listeners):
+    insert(items, 1, 300)
+    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--batch", "5")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    ids = handled(listener.lines())
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 300
+    assert len({line["pid"] for line in listener.lines()}) > 1
+    assert "conflict" not in listener.output().lower()
+    assert remaining(items) == 0
+
+
+def test_two_listeners_at_once_never_share_an_event(items, tmp_path, listeners):
+    insert(items, 1, 200)
+    first = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "2")
+    second = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "2")
+    listeners += [first, second]
+    assert first.finish() == 0 and second.finish() == 0
+    ids = handled(first.lines())
+    assert len(ids) == len(set(ids)) == 200
+
+
+def test_failures_retry_then_die_and_can_be_retried(items, tmp_path, listeners):
+    insert(items, 1, 2, "fail")
+    insert(items, 3, 1, "fail_once")
+    listener = Listener(items, tmp_path, "--drain", "--max-attempts", "3", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    attempts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert attempts == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (3, 1), (3, 2)]
+    subs = Subs(items)
+    dead = json.loads(subs.ok("dead", "--json"))
+    assert [(row["pk"], row["attempts"]) for row in dead] == [({"ID": 1}, 3), ({"ID": 2}, 3)]
+    assert "asked to fail (fail)" in dead[0]["last_error"]
+    assert "re-queued 1 dead event(s)" in subs.ok("retry", str(dead[0]["id"]))
+    assert "re-queued 1 dead event(s)" in subs.ok("retry", "--all")
+    assert json.loads(subs.ok("dead", "--json")) == []
+    assert "deleted 0 dead event(s)" in subs.ok("purge", "--older-than", "0s")
+
+
+def test_ordered_mode_blocks_a_subscription_behind_its_failing_event(items, tmp_path, listeners):
+    insert(items, 1, 1, "fail_once")
+    insert(items, 2, 3)
+    listener = Listener(items, tmp_path, "--drain", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    keys = [(line["key"], line["attempt"], line["phase"]) for line in listener.lines()]
+    assert keys[:3] == [(1, 1, "start"), (1, 2, "start"), (1, 2, "done")]
+    assert [k for k, _, phase in keys if phase == "done"] == [1, 2, 3, 4]
+
+
+def test_killed_worker_events_come_back_after_the_lease(items, tmp_path, listeners):
+    insert(items, 1, 1, "sleep30")
+    listener = Listener(items, tmp_path, "--lease", "2", "--poll", "0.5")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
+    os.kill(listener.lines()[0]["pid"], signal.SIGKILL)
+    listener.wait_for(lambda lines: handled(lines))
+    starts = [(line["attempt"], line["pid"]) for line in listener.lines() if line["phase"] == "start"]
+    assert [attempt for attempt, _ in starts] == [1, 2] and starts[0][1] != starts[1][1]
+    listener.wait_for(lambda lines: remaining(items) == 0)
+
+
+def test_long_handler_keeps_its_lease(items, tmp_path, listeners):
+    insert(items, 1, 1, "sleep4")
+    insert(items, 2, 3)
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "3", "--lease", "1", "--poll", "0.3")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: len(handled(lines)) == 4)
+    time.sleep(1.5)
+    starts = [line["key"] for line in listener.lines() if line["phase"] == "start"]
+    assert sorted(starts) == [1, 2, 3, 4], "an event was delivered twice while its handler was healthy"
+
+
+def test_hung_handler_is_cut_off(items, tmp_path, listeners):
+    insert(items, 1, 1, "sleep60")
+    listener = Listener(items, tmp_path, "--timeout", "1", "--poll", "0.3")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: handled(lines))
+    failed = [(line["attempt"], line["phase"]) for line in listener.lines()]
+    assert failed == [(1, "start"), (2, "start"), (2, "done")]
+    assert "timed out after 1s" in listener.output()
+
+
+def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
+    insert(items, 1, 1, "sleep2")
+    insert(items, 2, 5)
+    listener = Listener(items, tmp_path, "--batch", "6")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: lines)
+    listener.process.send_signal(signal.SIGTERM)
+    assert listener.finish(30) == 0
+    assert [(line["key"], line["phase"]) for line in listener.lines()] == [(1, "start"), (1, "done")]
+    rows = query(items, "SELECT ATTEMPTS, CLAIMED_BY FROM EVENT_LOG ORDER BY EVENT_ID")
+    assert rows == [(0, None)] * 5, "unstarted claims were not released"
+
+
+def test_notifications_wake_an_idle_listener(items, tmp_path, listeners):
+    listener = Listener(items, tmp_path, "--poll", "300")
+    listeners.append(listener)
+    time.sleep(3)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines), timeout=30)
+
+
+def test_transactional_handler_commits_with_the_acknowledgement(items, tmp_path, listeners):
+    Subs(items).ok("add", "items", "I", "audit")
+    Subs(items).ok("remove", "items", "IUD", "rec")
+    insert(items, 1, 1)
+    insert(items, 2, 1, "fail")
+    listener = Listener(items, tmp_path, "--drain", "--max-attempts", "2", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    assert query(items, "SELECT ITEM_ID FROM AUDIT") == [(1,)]
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD_AT IS NOT NULL") == [(1,)]
+
+
+def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
+    listener = Listener(items, tmp_path, "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines))
+    execute(items, "DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID <> CURRENT_CONNECTION AND MON$SYSTEM_FLAG = 0")
+    insert(items, 2, 1)
+    listener.wait_for(lambda lines: len(handled(lines)) == 2)
+    assert "reconnecting" in listener.output()
+
+
+def test_status_counts(items):
+    insert(items, 1, 3)
+    (row,) = json.loads(Subs(items).ok("status", "--json"))
+    assert (row["tag"], row["pending"], row["in_flight"], row["failed"], row["dead"]) == ("rec", 3, 0, 0, 0)
+    assert row["oldest_pending_age"] >= 0
