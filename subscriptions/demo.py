@@ -1,10 +1,16 @@
-"""``subs demo``: the whole path from a row change to the event log, on a
-fresh embedded database."""
+"""``subs demo``: the whole path from a row change through the event log to
+the handlers, on a fresh embedded database. This module is also the demo's
+handler plugin (``--plugin subscriptions.demo``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import subprocess
+import sys
 from pathlib import Path
+
+from . import hookimpl
+from .events import Event
 
 from . import queries, schema, subscribers
 from .capture import decode
@@ -42,3 +48,26 @@ def run(path: str, rows: int, echo: Callable[[str], None]) -> None:
                 for event_id, tag, table, action, key, new in cursor.fetchall()
             ]
         echo(render(("EVENT_ID", "TAG", "CHANGE", "KEY", "NEW VALUES"), log))
+    echo(f"$ subs -d {path} listen --drain --plugin subscriptions.demo")
+    subprocess.run(
+        [sys.executable, "-m", "subscriptions", "-d", settings.target, "listen", "--drain",
+         "--plugin", "subscriptions.demo", "--log-level", "WARNING"],
+        check=True,
+    )
+    with Database(settings) as db:
+        left = db.fetch_value(sql["count_events"])
+    echo(f"EVENT_LOG now holds {left} event(s)")
+
+
+@hookimpl
+def register_handlers(register) -> None:
+    register("send_email", send_email)
+    register("ring_bell", ring_bell)
+
+
+def send_email(event: Event) -> None:
+    print(f"send_email: would email about new language {event.new['NAME']} (event {event.id})", flush=True)
+
+
+def ring_bell(event: Event) -> None:
+    print(f"ring_bell: ding for {event.table} {event.pk} (event {event.id})", flush=True)

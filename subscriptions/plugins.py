@@ -52,7 +52,7 @@ def _import(spec: str) -> object:
     except SubsError:
         raise
     except ModuleNotFoundError as exc:
-        if exc.name == spec:
+        if exc.name and (spec == exc.name or spec.startswith(exc.name + ".")):
             raise SubsError(f"plugin {spec}: no such module or file") from None
         raise SubsError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}") from None
     except Exception as exc:

@@ -58,7 +58,7 @@ def status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             cursor.execute(queries.load("queue")["status"])
             rows = cursor.fetchall()
     return [
-        SubscriptionStatus(*row[:5], *(int(n or 0) for n in row[5:9]), None if row[9] is None else row[9] / 1000)
+        SubscriptionStatus(*row[:5], *(int(n or 0) for n in row[5:9]), None if row[9] is None else float(row[9]) / 1000)
         for row in rows
     ]
 

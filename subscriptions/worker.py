@@ -66,6 +66,8 @@ class Worker:
         """SIGTERM/SIGINT mean "stop gracefully". Installed after attaching:
         the embedded engine sets its own handlers, which shut down every
         attachment of the process at once."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # embedded in a host program (tests): its signals are its own
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self.stop.set())
 
@@ -194,6 +196,8 @@ class Worker:
         back the ones not started (on stop, a timeout or, in order, a failure)."""
         done: list[int] = []
         started = 0
+        with self.in_flight_lock:
+            self.in_flight.update(e.id for e in events)
         try:
             for event in events:
                 if self.stop.is_set():
@@ -204,13 +208,13 @@ class Worker:
         finally:
             self.claimer.ack(done)
             self.claimer.release(e.id for e in events[started:])
+            with self.in_flight_lock:
+                self.in_flight.difference_update(e.id for e in events)
 
     def _deliver(self, event: Event, done: list[int]) -> bool:
         """Run the handler; on success the event id goes to ``done`` (acknowledged
         with its batch) unless the handler is transactional (acknowledged with it)."""
         handler = self.handlers[event.tag]
-        with self.in_flight_lock:
-            self.in_flight.add(event.id)
         started = time.monotonic()
         try:
             if handler.transactional:
@@ -227,9 +231,6 @@ class Worker:
         except Exception as exc:
             self._failed(event, f"{type(exc).__name__}: {exc}", started)
             return False
-        finally:
-            with self.in_flight_lock:
-                self.in_flight.discard(event.id)
 
     def _run(self, function: Callable[[Event], object], event: Event) -> None:
         outcome: dict[str, BaseException] = {}
@@ -274,9 +275,13 @@ class Worker:
     # -- leases and reports --------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        """Renew the leases of events being handled, every third of the lease,
-        on a connection of its own."""
+        """Renew the leases of every claimed, unsettled event (running or
+        waiting in its batch) every third of the lease, on a connection of its own."""
         db: Database | None = None
+        try:
+            db = Database(self.options.settings)
+        except (DatabaseError, SubsError) as exc:
+            log.warning("could not connect for lease renewal: %s", first_line(exc))
         while not self.stop.wait(self.options.lease / 3):
             with self.in_flight_lock:
                 ids = list(self.in_flight)
