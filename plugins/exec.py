@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
+from subscriptions.config import positive_setting
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
@@ -50,20 +51,10 @@ def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
     return [str(part) for part in value]
 
 
-def _timeout(tag: str, settings: Mapping[str, Any]) -> float:
-    try:
-        timeout = float(settings.get("timeout", DEFAULT_TIMEOUT))
-    except (TypeError, ValueError):
-        timeout = 0.0
-    if not timeout > 0:
-        raise SubsError(f"[handlers.{tag}] timeout must be a positive number of seconds")
-    return timeout
-
-
 def run(event: Event, settings: Mapping[str, Any]) -> None:
     """Run the command on the event; raise unless it exits 0 within the timeout."""
     command = _command(event.tag, settings)
-    timeout = _timeout(event.tag, settings)
+    timeout = positive_setting(event.tag, settings, "timeout", DEFAULT_TIMEOUT)
     cwd = settings.get("cwd") or None
     try:
         # A session of its own, so a timeout kills the command's children too.

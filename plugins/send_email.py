@@ -32,23 +32,13 @@ from email.message import EmailMessage
 from typing import Any
 
 from subscriptions import hookimpl
+from subscriptions.config import positive_setting
 from subscriptions.errors import SubsError
 from subscriptions.events import Event, json_default
 
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-
-
-def _number(tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type) -> Any:
-    """An int or float setting; environment overrides arrive as strings."""
-    try:
-        value = kind(settings.get(key, default))
-    except (TypeError, ValueError):
-        value = 0
-    if not value > 0:
-        raise SubsError(f"[handlers.{tag}] {key} must be a positive number, not {settings.get(key)!r}")
-    return value
 
 
 def _flag(tag: str, settings: Mapping[str, Any], key: str) -> bool:
@@ -116,8 +106,8 @@ def send(event: Event, settings: Mapping[str, Any]) -> None:
     tag = event.tag
     mail = message(event, settings)
     host = str(settings.get("host", "localhost"))
-    port = _number(tag, settings, "port", 25, int)
-    timeout = _number(tag, settings, "timeout", 10, float)
+    port = positive_setting(tag, settings, "port", 25, int)
+    timeout = positive_setting(tag, settings, "timeout", 10)
     starttls = _flag(tag, settings, "starttls")
     username = settings.get("username")
     try:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
+from subscriptions.config import positive_setting
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
@@ -61,12 +62,7 @@ def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[s
         )
     if urllib.parse.urlsplit(str(url)).scheme not in ("http", "https"):
         raise SubsError(f"[handlers.{tag}] url must start with http:// or https://")
-    try:
-        timeout = float(settings.get("timeout", DEFAULT_TIMEOUT))
-    except (TypeError, ValueError):
-        timeout = 0.0
-    if not timeout > 0:
-        raise SubsError(f"[handlers.{tag}] timeout must be a positive number of seconds")
+    timeout = positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     headers = settings.get("headers", {})
     if not isinstance(headers, Mapping):
         raise SubsError(f"[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = \"...\" }}")

@@ -95,3 +95,16 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
             tag = next((t for t in handlers if t.upper() == match["tag"]), match["tag"].lower())
             handlers.setdefault(tag, {})[match["key"].lower()] = value
     return FileConfig(dict(data.get("database", {})), handlers)
+
+
+def positive_setting(
+    tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type = float
+) -> Any:
+    """A positive int or float handler setting (environment overrides arrive as strings)."""
+    try:
+        value = kind(settings.get(key, default))
+    except (TypeError, ValueError):
+        value = 0
+    if not value > 0:
+        raise SubsError(f"[handlers.{tag}] {key} must be a positive number, not {settings.get(key)!r}")
+    return value

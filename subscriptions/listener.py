@@ -98,11 +98,9 @@ class Supervisor:
     def _collect_reports(self) -> None:
         while True:
             try:
-                observations = self.reports.get_nowait()
+                self.metrics.merge(self.reports.get_nowait())
             except queue.Empty:
                 return
-            for tag, outcome, seconds in observations:
-                self.metrics.observe(tag, outcome, seconds)
 
     def _refresh_queue_metrics(self) -> None:
         try:

@@ -29,6 +29,7 @@ from .claims import Claimer, Target, load_targets
 from .db import Database, first_line
 from .errors import SubsError
 from .events import Event
+from .metrics import Metrics
 from .options import ORDERED, ListenOptions
 from .plugins import Handler, collect_handlers, plugin_manager
 from .triggers import event_name
@@ -58,7 +59,7 @@ class Worker:
         self.claimer: Claimer | None = None
         self.collector = None
         self.targets: dict[int, Target] = {}
-        self.observations: list[tuple[str, str, float]] = []
+        self.metrics = Metrics()
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -297,12 +298,13 @@ class Worker:
             db.close()
 
     def _observe(self, tag: str, outcome: str, seconds: float) -> None:
-        self.observations.append((tag, outcome, seconds))
+        self.metrics.observe(tag, outcome, seconds)
 
     def _flush_reports(self) -> None:
-        if self.reports is not None and self.observations:
-            self.reports.put(self.observations)
-        self.observations = []
+        """Send the supervisor what was counted since the last report."""
+        delta = self.metrics.snapshot(reset=True)
+        if self.reports is not None and delta["events"]:
+            self.reports.put(delta)
 
 
 def main(options: ListenOptions, reports: Queue | None) -> None:
