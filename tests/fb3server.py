@@ -14,6 +14,8 @@ from pathlib import Path
 
 HOST, PORT = "127.0.0.1", 3050
 PASSWORD_FILE = Path("/etc/firebird/3.0/SYSDBA.password")
+CONFIG_FILE = Path("/etc/firebird/3.0/firebird.conf")
+LOG_FILE = Path("/var/log/firebird/firebird3.0.log")
 FBGUARD = "/usr/sbin/fbguard"
 RUN_DIR = Path("/run/firebird3.0")
 
@@ -40,17 +42,63 @@ def _wait(condition, what: str, timeout: float = 20.0) -> None:
         time.sleep(0.1)
 
 
+def _bind_to_loopback() -> bool:
+    """Pin the server to 127.0.0.1; True if the configuration changed.
+
+    Debian ships ``RemoteBindAddress = localhost``, which binds ::1 only on hosts
+    whose resolver lists the IPv6 loopback first, so 127.0.0.1:3050 never answers.
+    """
+    text = CONFIG_FILE.read_text()
+    wanted = f"RemoteBindAddress = {HOST}"
+    active = re.compile(r"^[ \t]*RemoteBindAddress[ \t]*=.*$", re.MULTILINE)
+    if active.search(text):
+        updated = active.sub(wanted, text, count=1)
+    else:
+        updated = text.rstrip("\n") + f"\n{wanted}\n"
+    if updated == text:
+        return False
+    CONFIG_FILE.write_text(updated)
+    return True
+
+
+def _log_tail(lines: int = 6) -> str:
+    try:
+        entries = [line.strip() for line in LOG_FILE.read_text().splitlines() if line.strip()]
+    except OSError:
+        return "(no server log)"
+    return " | ".join(entries[-lines:])
+
+
 def start() -> None:
-    if listening():
-        return
     if not Path(FBGUARD).exists():
         raise RuntimeError("firebird3.0-server is not installed; run ./dev.sh test")
+    if _bind_to_loopback():
+        stop()
+    if listening():
+        return
+    if _pids("fbguard"):
+        # Started by the package's postinst a moment ago; give it time, else replace it.
+        try:
+            _wait(listening, "start listening", timeout=10)
+            return
+        except RuntimeError:
+            stop()
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     shutil.chown(RUN_DIR, "firebird", "firebird")
-    subprocess.run(
-        ["su", "-s", "/bin/sh", "firebird", "-c", f"{FBGUARD} -daemon -forever"], check=True
+    guard = subprocess.run(
+        ["su", "-s", "/bin/sh", "firebird", "-c", f"{FBGUARD} -daemon -forever"],
+        capture_output=True,
+        text=True,
     )
-    _wait(listening, "start listening")
+    if guard.returncode != 0:
+        raise RuntimeError(
+            f"fbguard exited {guard.returncode} ({guard.stderr.strip() or 'no output'}); "
+            f"server log: {_log_tail()}"
+        )
+    try:
+        _wait(listening, "start listening")
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}; server log: {_log_tail()}") from None
 
 
 def _pids(name: str) -> list[int]:
@@ -72,7 +120,7 @@ def stop() -> None:
             os.kill(pid, 15)
         except ProcessLookupError:
             pass
-    _wait(lambda: not listening() and not _pids("firebird"), "stop")
+    _wait(lambda: not listening() and not _pids("fbguard") and not _pids("firebird"), "stop")
 
 
 def restart() -> None:
