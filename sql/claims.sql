@@ -1,10 +1,20 @@
 -- Claiming events. A claim sets CLAIMED_BY and a lease (CLAIM_EXPIRES_AT) and
 -- counts the attempt; a claim whose lease ran out (crashed worker) is
--- claimable again. {sub_ids} is a list of integer subscription ids.
+-- claimable again. {sub_ids} is a list of integer subscription ids;
+-- {key_order} is empty or the block key_order below.
+
+-- name: key_order
+-- --key-order: an event waits while an earlier event of its group (table, tag,
+-- primary key) is still in the log, pending, claimed or failing; dead ones
+-- no longer hold it back.
+AND NOT EXISTS (SELECT 1 FROM EVENT_LOG EARLIER
+                WHERE EARLIER.KEY_HASH = E.KEY_HASH
+                  AND EARLIER.EVENT_ID < E.EVENT_ID
+                  AND EARLIER.DEAD_AT IS NULL)
 
 -- name: claim_skip_locked
 -- Firebird 5: rows locked by another claimer's open transaction are skipped.
-UPDATE EVENT_LOG
+UPDATE EVENT_LOG E
 SET CLAIMED_BY = ?,
     CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP),
     ATTEMPTS = ATTEMPTS + 1
@@ -12,6 +22,7 @@ WHERE SUB_ID IN ({sub_ids})
   AND DEAD_AT IS NULL
   AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+  {key_order}
 ORDER BY EVENT_ID
 ROWS ?
 SKIP LOCKED
@@ -29,11 +40,12 @@ AS
 DECLARE CANDIDATE BIGINT;
 DECLARE CLAIMED INTEGER = 0;
 BEGIN
-    FOR SELECT EVENT_ID FROM EVENT_LOG
+    FOR SELECT EVENT_ID FROM EVENT_LOG E
         WHERE SUB_ID IN ({sub_ids})
           AND DEAD_AT IS NULL
           AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
           AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+          {key_order}
         ORDER BY EVENT_ID
         INTO :CANDIDATE
     DO

@@ -58,10 +58,11 @@ def load_targets(db: Database) -> list[Target]:
 class Claimer:
     """Claims and settles events for one owner (a worker process)."""
 
-    def __init__(self, db: Database, owner: str, lease_seconds: float) -> None:
+    def __init__(self, db: Database, owner: str, lease_seconds: float, key_order: bool = False) -> None:
         self.db = db
         self.owner = owner
         self.lease_ms = int(lease_seconds * 1000)
+        self.key_order = key_order
         self.skip_locked = supports_skip_locked(db.engine_version)
         self.conflicts = 0
         self._sql = queries.load("claims")
@@ -100,10 +101,12 @@ class Claimer:
             return []
 
     def claim(self, targets: dict[int, Target], limit: int) -> list[Event]:
-        """Up to ``limit`` claimable events of ``targets``, oldest first."""
+        """Up to ``limit`` claimable events of ``targets``, oldest first; with
+        ``key_order``, only events with no earlier live event of their key."""
         sub_ids = ", ".join(str(int(sub_id)) for sub_id in targets)
         name = "claim_skip_locked" if self.skip_locked else "claim_fallback"
-        sql = self._sql[name].format(sub_ids=sub_ids)
+        key_order = self._sql["key_order"] if self.key_order else ""
+        sql = self._sql[name].format(sub_ids=sub_ids, key_order=key_order)
         return self._claim(sql, (self.owner, self.lease_ms, limit), targets)
 
     def claim_head(self, target: Target, limit: int) -> list[Event]:

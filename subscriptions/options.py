@@ -17,6 +17,7 @@ class ListenOptions:
     settings: ConnectionSettings
     mode: str = ORDERED
     workers: int = 1
+    key_order: bool = False
     batch: int = 1
     tags: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()

@@ -1,19 +1,36 @@
 """Installing and upgrading subs's own tables (``subs init``).
 
-Each schema version is one ``sql/schema_vN.sql`` file whose blocks run in a
-single transaction, ending with ``EVENT_SCHEMA_VERSION()`` returning N; so the
-version recorded is always the version actually installed.
+Each schema version is one ``sql/schema_vN.sql`` file. Its ``separate``
+blocks (idempotent DDL that later blocks depend on) run first, each in its own
+transaction; the other blocks then run in a single transaction ending with
+``EVENT_SCHEMA_VERSION()`` returning N, so the version recorded is always the
+version actually installed.
 """
 
 from __future__ import annotations
 
-from firebird.driver import DatabaseError
+import time
+from dataclasses import dataclass
 
-from . import queries
+from firebird.driver import Cursor, DatabaseError
+
+from . import queries, subscribers
 from .db import Database
 from .errors import SubsError
 
-MIGRATIONS = ("schema_v1",)
+
+@dataclass(frozen=True)
+class Migration:
+    file: str
+    separate: tuple[str, ...] = ()
+    # The trigger text changed: regenerate every table's trigger with the version.
+    regenerate_triggers: bool = False
+
+
+MIGRATIONS = (
+    Migration("schema_v1"),
+    Migration("schema_v2", separate=("add_key_hash", "index_key_hash"), regenerate_triggers=True),
+)
 LATEST = len(MIGRATIONS)
 
 
@@ -35,24 +52,57 @@ def installed_version(db: Database) -> int:
     return 0
 
 
-def upgrade(db: Database) -> tuple[int, int]:
-    """Bring the schema to ``LATEST``; returns (version before, version after)."""
+def upgrade(db: Database, target: int = LATEST) -> tuple[int, int]:
+    """Bring the schema to ``target`` (older targets: tests of upgrades);
+    returns (version before, version after)."""
     before = installed_version(db)
     if before > LATEST:
         raise SubsError(
             f"{db.settings.dsn} has subs schema version {before}, newer than this subs "
             f"understands ({LATEST}); upgrade subs"
         )
-    for version in range(before + 1, LATEST + 1):
+    for version in range(before + 1, target + 1):
+        _migrate(db, version, MIGRATIONS[version - 1])
+    if before and any(m.regenerate_triggers for m in MIGRATIONS[before:target]):
+        subscribers.settle_all_triggers(db)
+    return before, max(before, target)
+
+
+def _migrate(db: Database, version: int, migration: Migration) -> None:
+    blocks = queries.load(migration.file)
+    for name in migration.separate:
+        _run_guarded(db, blocks[name])
+
+    def in_one_transaction(cursor: Cursor) -> None:
+        for name, statement in blocks.items():
+            if name not in migration.separate and name != "record_version":
+                cursor.execute(statement)
+        if migration.regenerate_triggers:
+            subscribers.regenerate_triggers(db, cursor)
+        cursor.execute(blocks["record_version"])
+
+    try:
+        with db.transaction() as cursor:
+            in_one_transaction(cursor)
+    except DatabaseError:
+        # A concurrent `subs init` may have installed this version first.
+        if installed_version(db) < version:
+            raise
+
+
+def _run_guarded(db: Database, statement: str, attempts: int = 5) -> None:
+    """Run a block that checks whether its DDL is still needed. When a
+    concurrent `subs init` committed the same DDL first, ours fails; run
+    again, the check then finds it done."""
+    for attempt in range(1, attempts + 1):
         try:
             with db.transaction() as cursor:
-                for statement in queries.load(MIGRATIONS[version - 1]).values():
-                    cursor.execute(statement)
+                cursor.execute(statement)
+            return
         except DatabaseError:
-            # A concurrent `subs init` may have installed this version first.
-            if installed_version(db) < version:
+            if attempt == attempts:
                 raise
-    return before, LATEST
+            time.sleep(0.1 * attempt)
 
 
 def require_current(db: Database) -> None:

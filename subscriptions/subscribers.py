@@ -118,6 +118,26 @@ def _settle_trigger(db: Database, cursor: Cursor, table: str) -> None:
     cursor.execute(statement)
 
 
+def regenerate_triggers(db: Database, cursor: Cursor) -> None:
+    """Rewrite the trigger of every subscribed table (a schema upgrade changed
+    what triggers write); runs in the upgrade's transaction."""
+    for name in _subscribed_tables(cursor):
+        if find_table(cursor, quote(name)) is not None:
+            _sync_trigger(db, cursor, load_table(cursor, quote(name)))
+
+
+def settle_all_triggers(db: Database) -> None:
+    with db.transaction() as cursor:
+        names = _subscribed_tables(cursor)
+    for name in names:
+        db.run(lambda cursor, table=name: _settle_trigger(db, cursor, table))
+
+
+def _subscribed_tables(cursor: Cursor) -> list[str]:
+    cursor.execute(queries.load("subscribers")["subscribed_tables"])
+    return [row[0] for row in cursor.fetchall()]
+
+
 def _apply(db: Database, work: Callable[[Cursor], tuple[list[Change], str | None]]) -> list[Change]:
     """Run a subscription change, then settle the trigger of the table it touched."""
     changes, table = db.run(work)

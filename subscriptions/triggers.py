@@ -76,10 +76,16 @@ def _matched(subscription: Subscription) -> str:
     return f"matched_{int(subscription.sub_id)}"
 
 
+def key_hash(subscription: Subscription) -> str:
+    """The event's ordering group for ``--key-order``: table, tag and key.
+    Must stay equal to ``backfill_key_hash`` in sql/schema_v2.sql."""
+    return f"HASH({literal(subscription.table + '|' + subscription.tag + '|')} || :pk_key)"
+
+
 def _log(subscription: Subscription) -> list[str]:
     return [
-        "INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, OLD_VALUES, NEW_VALUES)",
-        f"VALUES ({int(subscription.sub_id)}, :pk_key, :old_values, :new_values);",
+        "INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, KEY_HASH, OLD_VALUES, NEW_VALUES)",
+        f"VALUES ({int(subscription.sub_id)}, :pk_key, {key_hash(subscription)}, :old_values, :new_values);",
         f"POST_EVENT {literal(event_name(subscription.tag))};",
     ]
 

@@ -75,7 +75,7 @@ class Worker:
     def _connect(self) -> None:
         self.db = Database(self.options.settings)
         self._install_signal_handlers()
-        self.claimer = Claimer(self.db, self.owner, self.options.lease)
+        self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
         self._refresh_targets()
 
     def _refresh_targets(self) -> None:

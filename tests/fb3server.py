@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -114,13 +115,20 @@ def _pids(name: str) -> list[int]:
     return pids
 
 
-def stop() -> None:
-    for pid in _pids("fbguard") + _pids("firebird"):
+def _terminate(name: str) -> None:
+    for pid in _pids(name):
         try:
-            os.kill(pid, 15)
+            os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    _wait(lambda: not listening() and not _pids("fbguard") and not _pids("firebird"), "stop")
+    _wait(lambda: not _pids(name), f"stop {name}")
+
+
+def stop() -> None:
+    """The guardian first, so that it cannot start a new server behind our back."""
+    _terminate("fbguard")
+    _terminate("firebird")
+    _wait(lambda: not listening(), "stop listening")
 
 
 def restart() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import fb3server
 from conftest import Subs, assert_one_line_error, execute, state
+from subscriptions import schema
 from subscriptions.config import ConnectionSettings
 
 TABLES = (
@@ -94,7 +95,7 @@ def test_missing_database(tmp_path):
 def test_init_create_makes_the_database(tmp_path):
     path = tmp_path / "new.fdb"
     output = Subs(ConnectionSettings(str(path))).ok("init", "--create")
-    assert "created database" in output and "installed schema version 1" in output
+    assert "created database" in output and f"installed schema version {schema.LATEST}" in output
 
 
 def test_directory_instead_of_database(tmp_path):

@@ -159,6 +159,41 @@ def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, list
     assert remaining(items) == 0
 
 
+def test_key_order_keeps_each_rows_events_in_order_across_workers(items, tmp_path, listeners):
+    from subscriptions.db import Database
+
+    # Each row's six events are next to each other in the log, so that without
+    # --key-order the workers' batches would split them.
+    with Database(items) as db, db.transaction() as cursor:
+        for key in range(1, 9):
+            cursor.execute("INSERT INTO ITEMS VALUES (?, 'sleep0.02')", (key,))
+            for note in ("sleep0.01", "fail_once" if key == 3 else "sleep0.01", "sleep0.01", "x"):
+                cursor.execute("UPDATE ITEMS SET NOTE = ? WHERE ID = ?", (note, key))
+            if key % 2:
+                cursor.execute("DELETE FROM ITEMS WHERE ID = ?", (key,))
+    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--key-order",
+                        "--batch", "3", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    lines = listener.lines()
+    ids = handled(lines)
+    assert len(ids) == len(set(ids)) == 8 * 5 + 4
+    for key in range(1, 9):
+        steps = [(line["phase"], line["id"]) for line in lines if line["key"] == key]  # in time order
+        done_ids = [event_id for phase, event_id in steps if phase == "done"]
+        assert done_ids == sorted(done_ids), (key, steps)
+        for (phase, event_id), (next_phase, next_id) in zip(steps, steps[1:]):
+            if phase == "start" and next_phase == "start":
+                assert next_id == event_id, f"row {key}: {next_id} started while {event_id} was running"
+    assert len({line["pid"] for line in lines}) > 1
+    assert remaining(items) == 0
+
+
+def test_key_order_needs_parallel_mode(items):
+    result = Subs(items)("listen", "--key-order")
+    assert result.exit_code == 2 and "--key-order needs --mode parallel" in result.output
+
+
 def test_two_listeners_at_once_never_share_an_event(items, tmp_path, listeners):
     insert(items, 1, 200)
     first = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "2")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from subscriptions import schema
+
 from conftest import Subs, assert_one_line_error, events, execute, query, state
 
 LANGUAGES = (
@@ -14,11 +16,11 @@ LANGUAGES = (
 
 def test_init_is_idempotent(empty_settings):
     subs = Subs(empty_settings)
-    assert subs.ok("init").strip() == "installed schema version 1"
+    assert subs.ok("init").strip() == f"installed schema version {schema.LATEST}"
     before = state(empty_settings)
-    assert subs.ok("init").strip() == "schema is up to date (version 1)"
+    assert subs.ok("init").strip() == f"schema is up to date (version {schema.LATEST})"
     assert state(empty_settings) == before
-    assert query(empty_settings, "SELECT EVENT_SCHEMA_VERSION() FROM RDB$DATABASE") == [(1,)]
+    assert query(empty_settings, "SELECT EVENT_SCHEMA_VERSION() FROM RDB$DATABASE") == [(schema.LATEST,)]
 
 
 def test_commands_need_the_schema(empty_settings):

@@ -38,6 +38,8 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 @click.option("--mode", type=click.Choice([ORDERED, PARALLEL]), default=ORDERED, show_default=True,
               help="ordered: each subscription's events strictly in log order; parallel: any order.")
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
+@click.option("--key-order", is_flag=True,
+              help="With --mode parallel: events of one row (table, tag, primary key) in log order.")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Events claimed and acknowledged per transaction.")
 @click.option("--tag", "tags", multiple=True, help="Only handle these tags (repeatable).")
@@ -72,6 +74,8 @@ def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[st
     """Wait for subscribed changes and hand each event to its tag's handler."""
     if detach and not (pidfile and logfile):
         raise click.UsageError("--detach needs --pidfile and --logfile")
+    if tuning["key_order"] and mode != PARALLEL:
+        raise click.UsageError("--key-order needs --mode parallel (ordered mode already keeps log order)")
     options = ListenOptions(
         settings=app(ctx).settings,
         mode=mode,

@@ -1,0 +1,54 @@
+"""Schema upgrades on real engines: a version 1 database, with a subscription
+and an event logged by a version 1 trigger, upgraded by `subs init`."""
+
+from __future__ import annotations
+
+from subscriptions import schema
+from subscriptions.capture import row_expression
+from subscriptions.db import Database
+from subscriptions.metadata import load_table
+
+from conftest import Subs, execute, query
+
+TABLE = '"Bücher"'
+
+
+def install_version_1(settings) -> None:
+    """What subs 0.1 left behind: schema v1, subscriptions I and U of tag rec on
+    "Bücher", and its trigger, which logged events without KEY_HASH."""
+    with Database(settings) as db:
+        schema.upgrade(db, target=1)
+    execute(settings, f"CREATE TABLE {TABLE} (ID INTEGER NOT NULL PRIMARY KEY, TITLE VARCHAR(20))")
+    execute(settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('Bücher', 'I', 'rec')")
+    execute(settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('Bücher', 'U', 'rec')")
+    with Database(settings) as db, db.transaction() as cursor:
+        table = load_table(cursor, TABLE)
+        key, new = row_expression(table.key_columns, "NEW"), row_expression(table.columns, "NEW")
+    execute(
+        settings,
+        f'CREATE TRIGGER "SUBS$Bücher" FOR {TABLE} ACTIVE AFTER INSERT OR UPDATE POSITION 32000 AS '
+        f"BEGIN INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, NEW_VALUES) "
+        f"VALUES (IIF(INSERTING, 1, 2), {key}, {new}); POST_EVENT 'subs:rec'; END",
+    )
+    execute(settings, f"GRANT INSERT ON EVENT_LOG TO TRIGGER \"SUBS$Bücher\"")
+
+
+def test_version_1_is_upgraded_with_its_triggers_and_events(empty_settings):
+    install_version_1(empty_settings)
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+    subs = Subs(empty_settings)
+    assert_needs_upgrade = subs("list")
+    assert assert_needs_upgrade.exit_code == 1 and "run `subs init` to upgrade" in assert_needs_upgrade.output
+
+    assert subs.ok("init").strip() == f"upgraded schema from version 1 to {schema.LATEST}"
+    assert subs.ok("init").strip() == f"schema is up to date (version {schema.LATEST})"
+
+    execute(empty_settings, f"UPDATE {TABLE} SET TITLE = 'Dune!' WHERE ID = 1")
+    rows = query(empty_settings, "SELECT EVENT_ID, SUB_ID, KEY_HASH FROM EVENT_LOG ORDER BY EVENT_ID")
+    assert [(event_id, sub_id) for event_id, sub_id, _ in rows] == [(1, 1), (2, 1), (3, 2)]
+    hashes = [key_hash for *_, key_hash in rows]
+    assert None not in hashes
+    assert hashes[0] == hashes[2], "the backfilled event and the new trigger's event of row 1 share a group"
+    assert hashes[0] != hashes[1]
+    assert "rec" in subs.ok("list")
