@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting
+from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
@@ -81,4 +81,7 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, settings in tables_using("exec", config).items():
+        _command(tag, settings)  # a missing command is a start-up error, not a retried failure
+        positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     register("exec", lambda event: run(event, config.get(event.tag, {})))

@@ -32,9 +32,10 @@ from email.message import EmailMessage
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting
+from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event, json_default
+from subscriptions.testing import make_event
 
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
@@ -101,14 +102,18 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _server(tag: str, settings: Mapping[str, Any]) -> tuple[str, int, float, bool]:
+    host = str(settings.get("host", "localhost"))
+    port = positive_setting(tag, settings, "port", 25, int)
+    timeout = positive_setting(tag, settings, "timeout", 10)
+    return host, port, timeout, _flag(tag, settings, "starttls")
+
+
 def send(event: Event, settings: Mapping[str, Any]) -> None:
     """Send the event's mail; raise unless the server accepts it for every recipient."""
     tag = event.tag
     mail = message(event, settings)
-    host = str(settings.get("host", "localhost"))
-    port = positive_setting(tag, settings, "port", 25, int)
-    timeout = positive_setting(tag, settings, "timeout", 10)
-    starttls = _flag(tag, settings, "starttls")
+    host, port, timeout, starttls = _server(tag, settings)
     username = settings.get("username")
     try:
         with smtplib.SMTP(host, port, timeout=timeout) as smtp:
@@ -125,4 +130,8 @@ def send(event: Event, settings: Mapping[str, Any]) -> None:
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, settings in tables_using("send_email", config).items():
+        # Bad settings are a start-up error, not a retried failure.
+        message(make_event(tag), settings)
+        _server(tag, settings)
     register("send_email", lambda event: send(event, config.get(event.tag, {})))

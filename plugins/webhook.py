@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting
+from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
@@ -95,4 +95,6 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, settings in tables_using("webhook", config).items():
+        _settings(tag, settings)  # a missing url is a start-up error, not a retried failure
     register("webhook", lambda event: post(event, config.get(event.tag, {})))

@@ -63,6 +63,9 @@ class FileConfig:
     handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+DATABASE_KEYS = {"dsn", "user", "password"}
+
+
 def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> FileConfig:
     """Read the config file (``path``, else ./subs.toml if present) and apply
     ``SUBS__<TAG>__<KEY>=value`` environment overrides to handler tables.
@@ -94,7 +97,28 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
         if match:
             tag = next((t for t in handlers if t.upper() == match["tag"]), match["tag"].lower())
             handlers.setdefault(tag, {})[match["key"].lower()] = value
-    return FileConfig(dict(data.get("database", {})), handlers)
+    return FileConfig(_database_table(file, data.get("database", {})), handlers)
+
+
+def _database_table(file: Path, table: Any) -> dict[str, str]:
+    if not isinstance(table, dict):
+        raise SubsError(f"config file {file}: [database] must be a table with dsn, user, password")
+    unknown = set(table) - DATABASE_KEYS
+    if unknown:
+        raise SubsError(
+            f"config file {file}: unknown [database] key(s) {', '.join(sorted(unknown))}; "
+            f"use {', '.join(sorted(DATABASE_KEYS))}"
+        )
+    for key, value in table.items():
+        if not isinstance(value, str):
+            raise SubsError(f"config file {file}: [database] {key} must be a string")
+    return dict(table)
+
+
+def tables_using(handler: str, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The ``[handlers.TAG]`` tables served by ``handler``: its own and its aliases'
+    (``use = "handler"``), so a plugin can check them all at start-up."""
+    return {tag: table for tag, table in config.items() if tag == handler or table.get("use") == handler}
 
 
 def positive_setting(

@@ -27,6 +27,18 @@ NO_DUP = 335544349
 CONFLICT_CODES = frozenset(
     {LOCK_CONFLICT, DEADLOCK, UPDATE_CONFLICT, CONCURRENT_TRANSACTION, UNIQUE_KEY_VIOLATION, NO_DUP}
 )
+# The attachment is gone (killed, server down, network): nothing left to roll back.
+CONNECTION_LOST_CODES = frozenset(
+    {
+        335544856,  # connection shutdown (killed through MON$ATTACHMENTS, server stopping)
+        335544721,  # unable to complete network request
+        335544726,  # error reading data from the connection
+        335544727,  # error writing data to the connection
+        335544741,  # connection lost to database
+        335544648,  # connection lost to pipe server
+        335544528,  # database shutdown
+    }
+)
 _LOGIN_FAILED = 335544472
 _NETWORK_ERROR = 335544721
 _IO_ERROR = 335544344
@@ -42,6 +54,10 @@ class MissingDatabase(SubsError):
 def is_conflict(exc: DatabaseError) -> bool:
     """True for the errors that mean "someone else changed this first; try again"."""
     return bool(CONFLICT_CODES.intersection(exc.gds_codes or ()))
+
+
+def is_connection_lost(exc: DatabaseError) -> bool:
+    return bool(CONNECTION_LOST_CODES.intersection(exc.gds_codes or ()))
 
 
 def first_line(exc: BaseException) -> str:
@@ -126,6 +142,13 @@ class Database:
         try:
             with connection.cursor() as cursor:
                 yield cursor
+        except DatabaseError as exc:
+            # A rollback on a dead remote attachment can block for ever (seen
+            # on Firebird 3 with an event collector attached); the server has
+            # already undone the transaction.
+            if not is_connection_lost(exc) and connection.main_transaction.is_active():
+                connection.rollback()
+            raise
         except BaseException:
             if connection.main_transaction.is_active():
                 connection.rollback()

@@ -4,18 +4,16 @@ handler plugin (``--plugin subscriptions.demo``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from . import hookimpl
-from .events import Event
-
-from . import queries, schema, subscribers
+from . import hookimpl, queries, schema, subscribers
 from .capture import decode
 from .config import ConnectionSettings
 from .db import Database, read_text
+from .events import Event
 from .tables import render
 
 LANGUAGES = [

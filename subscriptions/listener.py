@@ -4,21 +4,28 @@ The supervisor holds no database connection while it runs: it starts
 ``--workers`` processes (spawn: forking a process that has the embedded engine
 loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
 stop bounded by ``--grace``, and kills them all on a second signal. Workers
-send their handler outcomes to it for the metrics endpoint.
+send their handler outcomes to it for the metrics endpoint, and stamp a shared
+progress clock: one that stops stamping for longer than a handler may run
+plus a poll interval and ``STALL_MARGIN`` is killed and replaced.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import pickle
 import queue
 import signal
+import sys
 import time
+from ctypes import c_double
 from dataclasses import dataclass, field
+
+from firebird.driver import DatabaseError
 
 from . import queries, schema, worker
 from .claims import load_targets, supports_skip_locked
-from .db import Database
+from .db import Database, first_line
 from .errors import SubsError
 from .metrics import Metrics
 from .options import ListenOptions
@@ -27,6 +34,7 @@ from .queue import status
 
 log = logging.getLogger("subs.listener")
 RESTART_DELAY = 1.0
+STALL_MARGIN = 60.0
 
 
 def check(options: ListenOptions) -> None:
@@ -61,6 +69,17 @@ def check(options: ListenOptions) -> None:
     )
 
 
+def check_main() -> None:
+    """`check` in a child interpreter (`listen --detach`): options arrive
+    pickled on stdin; an error is the last line on stderr and exit code 1."""
+    options = pickle.load(sys.stdin.buffer)
+    try:
+        check(options)
+    except (SubsError, DatabaseError) as exc:
+        print(first_line(exc), file=sys.stderr)
+        sys.exit(1)
+
+
 @dataclass
 class Supervisor:
     options: ListenOptions
@@ -72,13 +91,24 @@ class Supervisor:
         self.context = multiprocessing.get_context("spawn")
         self.reports = self.context.Queue()
         self.workers: list[multiprocessing.Process | None] = []
+        self.progress: dict[int, c_double] = {}
+        self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
 
     def _start(self) -> multiprocessing.Process:
+        progress = self.context.Value("d", time.monotonic(), lock=False)
         process = self.context.Process(
-            target=worker.main, args=(self.options, self.reports), name="subs-worker", daemon=False
+            target=worker.main, args=(self.options, self.reports, progress), name="subs-worker", daemon=False
         )
         process.start()
+        self.progress[process.pid] = progress
         return process
+
+    def _kill_stalled(self) -> None:
+        for process in self._alive():
+            idle = time.monotonic() - self.progress[process.pid].value
+            if idle > self.stall_limit:
+                log.error("worker pid %s made no progress for %.0fs; killing it", process.pid, idle)
+                process.kill()
 
     def _signal(self, signum: int, frame: object) -> None:
         if self.stopping:
@@ -123,6 +153,7 @@ class Supervisor:
                     if process is None or process.is_alive():
                         continue
                     process.join()
+                    self.progress.pop(process.pid, None)
                     finished = self.stopping or (self.options.drain and process.exitcode == 0)
                     if finished:
                         self.workers[index] = None
@@ -132,6 +163,8 @@ class Supervisor:
                     self.workers[index] = self._start()
                 if all(p is None for p in self.workers):
                     break
+                if not self.stopping:
+                    self._kill_stalled()
                 if self.stopping and time.monotonic() > self.deadline:
                     log.warning("grace period over: killing workers")
                     for process in self._alive():

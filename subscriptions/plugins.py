@@ -111,7 +111,10 @@ def collect_handlers(
         if target not in handlers:
             raise SubsError(f"[handlers.{tag}] uses {target!r}, but no plugin registers that tag")
         if tag in handlers:
-            raise SubsError(f"[handlers.{tag}] sets use = {target!r}, but {handlers[tag].plugin} already registers {tag!r}")
+            raise SubsError(
+                f"[handlers.{tag}] sets use = {target!r}, but {handlers[tag].plugin} already registers {tag!r}"
+            )
         check_tag(tag)
-        handlers[tag] = Handler(tag, handlers[target].function, f"{handlers[target].plugin} (as {tag})", handlers[target].transactional)
+        base = handlers[target]
+        handlers[tag] = Handler(tag, base.function, f"{base.plugin} (as {tag})", base.transactional)
     return handlers

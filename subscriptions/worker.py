@@ -3,16 +3,23 @@
 The loop is: register for the tags' Firebird events, drain everything
 claimable, wait for a notification or the poll interval, flush, drain again.
 Any wake-up only means "drain now"; counts are not trusted. A dead attachment
-shows up as an error in the next drain (at the latest after one poll interval)
-and the worker reconnects with backoff.
+shows up as an error in the next drain (at the latest after one poll interval);
+the worker then exits with EXIT_RESTART without touching the dead handles and
+the supervisor starts a fresh one at once, which connects with backoff.
 
 Handlers run in a helper thread so that one that hangs can be cut off after
 ``--timeout``: the attempt is recorded as failed and the worker exits (the
 supervisor starts a new one), since a Python thread cannot be killed.
+
+The loop stamps ``progress`` (shared with the supervisor) as it goes; a worker
+stuck anywhere else, say in a driver call on a dead connection, stops
+stamping and the supervisor replaces it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import signal
@@ -20,13 +27,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from ctypes import c_double
 from multiprocessing.queues import Queue
 
 from firebird.driver import DatabaseError
 
 from . import logs
 from .claims import Claimer, Target, load_targets
-from .db import Database, first_line
+from .db import Database, first_line, is_connection_lost
 from .errors import SubsError
 from .events import Event
 from .metrics import Metrics
@@ -37,9 +45,10 @@ from .triggers import event_name
 log = logging.getLogger("subs.worker")
 
 EXIT_OK = 0
-EXIT_RESTART = 3  # a handler timed out: start a fresh worker
+EXIT_RESTART = 3  # a handler timed out or the connection died: start a fresh worker at once
 RECONNECT_MAX = 30.0
 _WAIT_SLICE = 0.5
+_TEARDOWN_TIMEOUT = 5.0
 
 
 class HandlerTimeout(Exception):
@@ -47,9 +56,12 @@ class HandlerTimeout(Exception):
 
 
 class Worker:
-    def __init__(self, options: ListenOptions, reports: Queue | None = None) -> None:
+    def __init__(
+        self, options: ListenOptions, reports: Queue | None = None, progress: c_double | None = None
+    ) -> None:
         self.options = options
         self.reports = reports
+        self.progress = progress
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.stop = threading.Event()
         self.handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
@@ -60,6 +72,8 @@ class Worker:
         self.collector = None
         self.targets: dict[int, Target] = {}
         self.metrics = Metrics()
+        self.odd_returns: set[str] = set()
+        self.abandoned = False  # the connection died: never touch its handles again
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -110,18 +124,37 @@ class Worker:
                 return  # its attachment is gone, and the notifications with it
 
     def _disconnect(self) -> None:
-        self._close_collector()
-        if self.db is not None:
-            try:
-                self.db.close()
-            except DatabaseError:
-                pass
+        """Close collector and attachment, but give up on them after a few
+        seconds: tearing down a dead remote attachment must not block the
+        reconnect (the worker leaves with os._exit, so nothing waits for them)."""
+        db = self.db
+
+        def teardown() -> None:
+            self._close_collector()
+            if db is not None:
+                try:
+                    db.close()
+                except DatabaseError:
+                    pass
+
+        closer = threading.Thread(target=teardown, name="teardown", daemon=True)
+        closer.start()
+        closer.join(_TEARDOWN_TIMEOUT)
+        if closer.is_alive():
+            log.warning("closing the old connection did not finish in %.0fs; leaving it", _TEARDOWN_TIMEOUT)
+            self.collector = None
         self.db = self.claimer = None
+
+    def _stamp(self) -> None:
+        """Tell the supervisor this worker is making progress."""
+        if self.progress is not None:
+            self.progress.value = time.monotonic()
 
     def _wait(self) -> None:
         """Sleep until a notification, the poll interval or a stop request."""
         deadline = time.monotonic() + self.options.poll
         while not self.stop.is_set() and time.monotonic() < deadline:
+            self._stamp()
             if self.collector is None:
                 time.sleep(min(_WAIT_SLICE, deadline - time.monotonic()))
                 continue
@@ -138,6 +171,7 @@ class Worker:
         heartbeat.start()
         try:
             while not self.stop.is_set():
+                self._stamp()
                 try:
                     if self.db is None:
                         self._connect()
@@ -152,6 +186,14 @@ class Worker:
                 except HandlerTimeout:
                     return EXIT_RESTART
                 except (DatabaseError, SubsError) as exc:
+                    if self.db is not None and isinstance(exc, DatabaseError) and is_connection_lost(exc):
+                        # The client library is not to be trusted with the handles of a
+                        # dead remote attachment (a rollback that never returns, a crash
+                        # closing its events): leave them alone, a fresh worker reconnects.
+                        log.warning("database connection lost: %s; restarting the worker to reconnect",
+                                    first_line(exc))
+                        self.abandoned = True
+                        return EXIT_RESTART
                     log.warning("database connection problem: %s; reconnecting in %.1fs", first_line(exc), backoff)
                     self._disconnect()
                     self.stop.wait(backoff)
@@ -159,12 +201,14 @@ class Worker:
             return EXIT_OK
         finally:
             self._flush_reports()
-            self._disconnect()
+            if not self.abandoned:
+                self._disconnect()
 
     def _drain(self) -> bool:
         """Handle everything claimable now; True if anything was claimed."""
         worked = False
         while not self.stop.is_set() and self.targets:
+            self._stamp()
             if self.options.mode == ORDERED:
                 claimed = False
                 for target in list(self.targets.values()):
@@ -216,6 +260,7 @@ class Worker:
         """Run the handler; on success the event id goes to ``done`` (acknowledged
         with its batch) unless the handler is transactional (acknowledged with it)."""
         handler = self.handlers[event.tag]
+        self._stamp()
         started = time.monotonic()
         try:
             if handler.transactional:
@@ -234,11 +279,22 @@ class Worker:
             return False
 
     def _run(self, function: Callable[[Event], object], event: Event) -> None:
+        """Call the handler in a thread bounded by --timeout. An ``async def``
+        handler is run to completion; any other return value is ignored (only
+        raising fails an attempt), which is worth a warning once per tag."""
         outcome: dict[str, BaseException] = {}
 
         def call() -> None:
             try:
-                function(event)
+                result = function(event)
+                if inspect.iscoroutine(result):
+                    result = asyncio.run(result)
+                if result is not None and event.tag not in self.odd_returns:
+                    self.odd_returns.add(event.tag)
+                    log.warning(
+                        "handler for %s returned %.40r; return values are ignored: raise to fail an attempt",
+                        event.tag, result,
+                    )
             except BaseException as exc:  # handed to the worker thread below
                 outcome["error"] = exc
 
@@ -307,10 +363,10 @@ class Worker:
             self.reports.put(delta)
 
 
-def main(options: ListenOptions, reports: Queue | None) -> None:
+def main(options: ListenOptions, reports: Queue | None, progress: c_double | None = None) -> None:
     """Entry point of a spawned worker process."""
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
-    worker = Worker(options, reports)
+    worker = Worker(options, reports, progress)
     worker._install_signal_handlers()
     code = worker.run()
     logging.shutdown()

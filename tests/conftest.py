@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-import fb3server
+from subscriptions import schema
 from subscriptions.cli import cli
 from subscriptions.config import ConnectionSettings
 from subscriptions.db import Database
-from subscriptions import schema
+
+import fb3server
 
 ENGINES = ("fb5", "fb3")
 
@@ -86,9 +87,10 @@ def subs(settings: ConnectionSettings) -> Subs:
     return Subs(settings)
 
 
-def assert_one_line_error(result: Result, *fragments: str) -> str:
-    """The contract for bad input: exit 1, one line on stderr, no traceback."""
-    assert result.exit_code == 1, (result.exit_code, result.output, result.stderr, result.exception)
+def assert_one_line_error(result: Result, *fragments: str, exit_code: int = 1) -> str:
+    """The contract for bad input: exit 1 (2 for usage errors), one line on
+    stderr, no traceback."""
+    assert result.exit_code == exit_code, (result.exit_code, result.output, result.stderr, result.exception)
     message = result.stderr.strip()
     assert len(message.splitlines()) == 1, message
     assert message.startswith("Error: "), message

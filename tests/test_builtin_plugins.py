@@ -312,16 +312,42 @@ def test_make_event_defaults() -> None:
 
 
 def test_load_handlers_finds_the_configured_builtins() -> None:
-    builtins = ("log", "webhook", "send_email", "exec")
-    assert not set(builtins) & set(load_handlers()), "built-ins are opt-in"
-    handlers = load_handlers(config={name: {} for name in builtins})
-    for name in builtins:
+    config = {
+        "log": {},
+        "webhook": {"url": "http://127.0.0.1:9/hook"},
+        "send_email": {"from": "s@example.com", "to": "a@example.com"},
+        "exec": {"command": "true"},
+    }
+    assert not set(config) & set(load_handlers()), "built-ins are opt-in"
+    handlers = load_handlers(config=config)
+    for name in config:
         assert handlers[name].plugin == f"builtin:{name}"
         assert not handlers[name].transactional
 
 
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"webhook": {}}, "handler 'webhook' has no url"),
+        ({"hook2": {"use": "webhook", "url": "ftp://x"}}, "[handlers.hook2] url must start with http"),
+        ({"send_email": {"from": "s@example.com"}}, "handler 'send_email' has no recipient"),
+        ({"send_email": {"from": "s@x", "to": "a@x", "port": "25x"}}, "port must be a positive number"),
+        ({"exec": {"command": []}}, "handler 'exec' has no command"),
+        ({"exec": {"command": "x", "timeout": -1}}, "timeout must be a positive number"),
+    ],
+)
+def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragment: str) -> None:
+    """Before any event arrives: a missing url must not become ten retries per event."""
+    with pytest.raises(SubsError) as error:
+        load_handlers(config=config)
+    assert fragment in str(error.value)
+
+
 def test_alias_tag_posts_to_its_own_url(http_peer: HttpPeer) -> None:
-    config = {"webhook": {"url": f"{http_peer.base}/main"}, "audit": {"use": "webhook", "url": f"{http_peer.base}/audit"}}
+    config = {
+        "webhook": {"url": f"{http_peer.base}/main"},
+        "audit": {"use": "webhook", "url": f"{http_peer.base}/audit"},
+    }
     handlers = load_handlers(config=config)
     deliver(handlers["audit"], make_event("audit"))
     deliver(handlers["webhook"], make_event("webhook"))

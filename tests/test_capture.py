@@ -9,8 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from conftest import Subs, events, execute, query
 from subscriptions.capture import decode
+
+from conftest import Subs, events, execute, query
 
 TRICKY = "it's a \"quote\", a \\backslash\\,\nnewlines\r\n, tabs\t, 12:3: and ünïcødé ✓ 𝄞"
 
@@ -182,7 +183,8 @@ def test_wide_rows_are_captured_as_blobs(settings):
     execute(settings, f"CREATE TABLE WIDE (ID INTEGER NOT NULL PRIMARY KEY, {columns})")
     Subs(settings).ok("add", "wide", "I", "t")
     marks = ", ".join("?" * len(names))
-    execute(settings, f"INSERT INTO WIDE (ID, {', '.join(names)}) VALUES (1, {marks})", params=("é" * 1000,) * len(names))
+    values = ("é" * 1000,) * len(names)
+    execute(settings, f"INSERT INTO WIDE (ID, {', '.join(names)}) VALUES (1, {marks})", params=values)
     (event,) = events(settings)
     assert event["new"]["C11"] == "é" * 1000 and len(event["new"]) == 13
 

@@ -30,7 +30,7 @@ def install_version_1(settings) -> None:
         f"BEGIN INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, NEW_VALUES) "
         f"VALUES (IIF(INSERTING, 1, 2), {key}, {new}); POST_EVENT 'subs:rec'; END",
     )
-    execute(settings, f"GRANT INSERT ON EVENT_LOG TO TRIGGER \"SUBS$Bücher\"")
+    execute(settings, "GRANT INSERT ON EVENT_LOG TO TRIGGER \"SUBS$Bücher\"")
 
 
 def test_version_1_is_upgraded_with_its_triggers_and_events(empty_settings):

@@ -23,7 +23,8 @@ def test_only_subscribed_actions_fire_the_trigger():
 
 
 def test_inactive_subscriptions_are_left_out():
-    text = generate(TABLE, [Subscription(1, "ORDERS", "I", "a"), Subscription(2, "ORDERS", "I", "b", active=False)], "T")
+    subscriptions = [Subscription(1, "ORDERS", "I", "a"), Subscription(2, "ORDERS", "I", "b", active=False)]
+    text = generate(TABLE, subscriptions, "T")
     assert "VALUES (1," in text and "VALUES (2," not in text
 
 

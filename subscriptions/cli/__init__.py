@@ -1,13 +1,16 @@
 """The ``subs`` command line.
 
-Errors a user can fix (SubsError, engine errors) become one line on stderr and
-exit code 1 here, in ``SubsGroup.invoke``, and nowhere else. The commands live
-in the modules of this package, grouped by concern.
+Errors a user can fix become one line on stderr here, in ``SubsGroup``, and
+nowhere else: SubsError and engine errors exit 1, usage errors (a bad option
+value, a missing argument) exit 2. The commands live in the modules of this
+package, grouped by concern.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import click
 from firebird.driver import DatabaseError
@@ -19,6 +22,24 @@ from ..errors import SubsError
 
 
 class SubsGroup(click.Group):
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Click's own handling, except that a usage error is one line too
+        (click prints the usage block and a hint on lines of their own)."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
+import pickle
 import shutil
+import subprocess
 import sys
 
 import click
 
 from .. import daemon, listener, logs
+from ..errors import SubsError
 from ..metrics import Metrics, serve
 from ..options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
 from ..plugins import collect_handlers, plugin_manager
@@ -28,10 +30,18 @@ def _plugins(given: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _check_in_fresh_process(options: ListenOptions) -> None:
-    """Run the start-up checks in a spawned process, so that this one never
-    loads the Firebird engine (it is about to fork into the background)."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pool.apply(listener.check, (options,))
+    """Run the start-up checks in a child interpreter, so that this process
+    never loads the Firebird engine (it is about to fork into the background)
+    and a bad setup is still reported here. A plain subprocess: multiprocessing
+    would leave its resource tracker running with our stdout and stderr, and
+    whoever reads them (a pipe, ssh) would wait for ever."""
+    child = subprocess.run(
+        [sys.executable, "-c", "from subscriptions.listener import check_main; check_main()"],
+        input=pickle.dumps(options), capture_output=True,
+    )
+    if child.returncode != 0:
+        message = child.stderr.decode(errors="replace").strip().splitlines()
+        raise SubsError(message[-1] if message else f"start-up check failed with exit code {child.returncode}")
 
 
 @cli.command()
@@ -64,7 +74,8 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
 @click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO",
+              show_default=True)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.pass_context
@@ -93,8 +104,7 @@ def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[st
         _check_in_fresh_process(options)
         daemon.detach(pidfile=pidfile, logfile=logfile)  # type: ignore[arg-type]
     logs.configure(level=log_level, fmt=log_format, logfile=options.log_file)
-    if not detach:
-        listener.check(options)
+    listener.check(options)
     metrics = Metrics()
     metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
     try:
@@ -105,7 +115,8 @@ def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[st
 
 
 @cli.command()
-@click.option("--pidfile", required=True, type=click.Path(dir_okay=False), help="The pidfile of `subs listen --detach`.")
+@click.option("--pidfile", required=True, type=click.Path(dir_okay=False),
+              help="The pidfile of `subs listen --detach`.")
 @click.option("--timeout", type=_POSITIVE, default=60.0, show_default=True, help="Seconds to wait for it to exit.")
 def stop(pidfile: str, timeout: float) -> None:
     """Stop a background listener gracefully (SIGTERM) and wait for it."""

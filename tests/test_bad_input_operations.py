@@ -1,0 +1,121 @@
+"""Bad input to the operating commands (listen, queue, daemon control) and to
+the configuration: one line on stderr, non-zero exit, no traceback, database
+unchanged. The subscription commands' cases are in test_bad_input.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from subscriptions import schema
+from subscriptions.config import ConnectionSettings
+from subscriptions.db import Database
+
+from conftest import Subs, assert_one_line_error, execute, query, state
+
+USAGE = 2  # click's exit code for a bad option value or a missing argument
+
+CASES = {
+    "no workers": (["listen", "--workers", "0"], "Invalid value for '--workers'", USAGE),
+    "negative lease": (["listen", "--lease", "-5"], "Invalid value for '--lease'", USAGE),
+    "zero batch": (["listen", "--batch", "0"], "Invalid value for '--batch'", USAGE),
+    "zero poll": (["listen", "--poll", "0"], "Invalid value for '--poll'", USAGE),
+    "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
+    "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),
+    "detach without pidfile": (["listen", "--detach"], "--detach needs --pidfile and --logfile", USAGE),
+    "metrics port out of range": (["listen", "--metrics-port", "70000"], "'--metrics-port'", USAGE),
+    "plugin path missing": (["listen", "--plugin", "/nonexistent/plugin.py"], "no such file", 1),
+    "plugin module missing": (["listen", "--plugin", "no.such.module"], "no such module", 1),
+    "plugin failing to import": (["listen", "--plugin", "{tmp}/broken.py"], "failed to import", 1),
+    "plugin raising at import": (["listen", "--plugin", "{tmp}/raising.py"], "plugin says no", 1),
+    "tag without handler": (["listen", "--tag", "nobody"], "no handler for tag(s) nobody", 1),
+    "tag carrying SQL": (["retry", "--tag", "x';DELETE FROM EVENT_LOG;--"], "is not valid", 1),
+    "retry unknown id": (["retry", "424242"], "no dead event with id 424242", 1),
+    "retry not a number": (["retry", "one"], "'one' is not a valid integer", USAGE),
+    "retry of nothing": (["retry"], "say which dead events to retry", 1),
+    "purge with a bad age": (["purge", "--older-than", "soon"], "soon", 1),
+    "purge without age": (["purge"], "Missing option '--older-than'", USAGE),
+    "status watching every 0s": (["status", "--watch", "0"], "Invalid value for '--watch'", USAGE),
+    "unknown command": (["frobnicate"], "No such command 'frobnicate'", USAGE),
+    "stop without pidfile": (["stop", "--pidfile", "{tmp}/none.pid"], "no pidfile at", 1),
+    "stop with a stale pidfile": (["stop", "--pidfile", "{tmp}/stale.pid"], "which is not running", 1),
+    "malformed config": (["--config", "{tmp}/malformed.toml", "list"], "is not valid TOML", 1),
+    "missing config": (["--config", "{tmp}/absent.toml", "list"], "does not exist", 1),
+    "config with unknown section": (["--config", "{tmp}/sections.toml", "list"], "unknown section(s) server", 1),
+    "config dsn not a string": (["--config", "{tmp}/dsn.toml", "list"], "[database] dsn must be a string", 1),
+    "config with a misspelt key": (["--config", "{tmp}/key.toml", "list"], "unknown [database] key(s) pasword", 1),
+    "webhook without url": (["--config", "{tmp}/webhook.toml", "listen"], "url", 1),
+}
+
+FILES = {
+    "broken.py": "import no_such_module_anywhere\n",
+    "raising.py": "raise RuntimeError('plugin says no')\n",
+    "malformed.toml": "[handlers.log\npath = 1\n",
+    "sections.toml": "[server]\nport = 1\n",
+    "dsn.toml": "[database]\ndsn = 5\n",
+    "key.toml": "[database]\npasword = 'x'\n",
+    "webhook.toml": "[handlers.webhook]\ntimeout = 3\n",
+}
+
+
+@pytest.fixture
+def prepared(settings: ConnectionSettings, tmp_path: Path) -> ConnectionSettings:
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    # A pid that is certainly not running: a child that has exited and been reaped.
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "stale.pid").write_text(finished.stdout)
+    execute(settings, "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(settings).ok("add", "items", "I", "rec")
+    execute(settings, "INSERT INTO ITEMS VALUES (1)")
+    return settings
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_refused_and_nothing_changes(prepared, tmp_path, case):
+    args, fragment, exit_code = CASES[case]
+    before = state(prepared)
+    result = Subs(prepared)(*(arg.format(tmp=tmp_path) for arg in args))
+    assert_one_line_error(result, fragment, exit_code=exit_code)
+    assert state(prepared) == before
+
+
+def read_only_mount(source: Path, target: Path) -> None:
+    """A read-only view of ``source`` (root ignores file modes, not a read-only mount)."""
+    target.mkdir()
+    subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+
+
+def test_init_on_a_read_only_file(tmp_path):
+    writable, mounted = tmp_path / "rw", tmp_path / "ro"
+    writable.mkdir()
+    with Database(ConnectionSettings(str(writable / "app.fdb")), create=True):
+        pass
+    read_only_mount(writable, mounted)
+    try:
+        result = Subs(ConnectionSettings(str(mounted / "app.fdb")))("init")
+        assert_one_line_error(result, "no permission for read-write access", str(mounted / "app.fdb"))
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+    assert query(ConnectionSettings(str(writable / "app.fdb")),
+                 "SELECT COUNT(*) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG'") == [(0,)]
+
+
+def test_two_inits_at_once(empty_settings):
+    """Both succeed (one installs, the other finds it done or upgrades in step) and
+    the schema is there once; neither prints a traceback."""
+    env = {**os.environ, "ISC_USER": empty_settings.effective_user, "ISC_PASSWORD": empty_settings.password or ""}
+    command = [sys.executable, "-m", "subscriptions", "-d", empty_settings.dsn, "init"]
+    runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    results = [(run.wait(60), *run.communicate()) for run in runs]
+    for code, out, err in results:
+        assert code == 0 and err == "", results
+    assert sorted(out.split(" version")[0] for _, out, _ in results) != ["schema is up to date"] * 2
+    assert query(empty_settings, "SELECT EVENT_SCHEMA_VERSION() FROM RDB$DATABASE") == [(schema.LATEST,)]
+    Subs(empty_settings).ok("list")

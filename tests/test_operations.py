@@ -1,0 +1,162 @@
+"""Running the listener the way an operator does, end to end on both engines:
+`listen --detach`, `status`, `stop`, `--metrics-port`, `systemd-unit`; and
+that the password never shows up in what we print, log or put in argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from subscriptions import daemon
+
+from conftest import Subs, execute, query
+
+PLUGIN = '''
+import os
+from subscriptions import hookimpl
+
+
+@hookimpl
+def register_handlers(register):
+    register("rec", lambda event: open(os.environ["RECORD_FILE"], "a").write(f"{event.id}\\n"))
+'''
+
+
+@pytest.fixture
+def rec(settings, tmp_path):
+    execute(settings, "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(settings).ok("add", "items", "I", "rec")
+    (tmp_path / "plugin.py").write_text(PLUGIN)
+    return settings
+
+
+def environment(settings, tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "RECORD_FILE": str(tmp_path / "record.txt"), "ISC_USER": settings.effective_user,
+            "ISC_PASSWORD": settings.password or ""}
+
+
+def subs(settings, tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
+                          env=environment(settings, tmp_path), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def wait_until(condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def handled(tmp_path: Path) -> int:
+    record = tmp_path / "record.txt"
+    return len(record.read_text().split()) if record.exists() else 0
+
+
+def process_tree(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(descendant for child in children for descendant in process_tree(int(child)))]
+
+
+def argv(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_detach_status_stop(rec, tmp_path):
+    pidfile, logfile = tmp_path / "subs.pid", tmp_path / "subs.log"
+    started = subs(rec, tmp_path, "listen", "--detach", "--pidfile", str(pidfile), "--logfile", str(logfile),
+                   "--plugin", str(tmp_path / "plugin.py"), "--mode", "parallel", "--workers", "2", "--poll", "1")
+    assert started.returncode == 0, started.stderr
+    pid = int(pidfile.read_text())
+    assert f"pid {pid}" in started.stdout
+    try:
+        execute(rec, "INSERT INTO ITEMS VALUES (1)", "INSERT INTO ITEMS VALUES (2)")
+        wait_until(lambda: handled(tmp_path) == 2)
+        status = subs(rec, tmp_path, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        row = json.loads(status.stdout)[0]
+        assert (row["tag"], row["pending"], row["in_flight"], row["dead"]) == ("rec", 0, 0, 0)
+        tree = process_tree(pid)
+        assert len(tree) >= 3, tree  # the supervisor and its two workers (and spawn's resource tracker)
+        if rec.password:
+            for member in tree:
+                assert rec.password not in argv(member)
+    finally:
+        stopped = subs(rec, tmp_path, "stop", "--pidfile", str(pidfile))
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.strip() == f"stopped subs listener pid {pid}"
+    assert not pidfile.exists() and not daemon.is_alive(pid)
+    log = logfile.read_text()
+    assert "listening on" in log and "stopping" in log
+    assert oct(logfile.stat().st_mode & 0o777) == "0o600"
+    if rec.password:
+        assert rec.password not in log
+    assert query(rec, "SELECT COUNT(*) FROM EVENT_LOG") == [(0,)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a listening TCP socket on ``port`` (from /proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+def test_metrics_endpoint_on_loopback(rec, tmp_path):
+    port = free_port()
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "subscriptions", "-d", rec.dsn, "listen", "--plugin", str(tmp_path / "plugin.py"),
+         "--metrics-port", str(port), "--poll", "1"],
+        env=environment(rec, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        execute(rec, "INSERT INTO ITEMS VALUES (1)")
+        wait_until(lambda: handled(tmp_path) == 1)
+
+        def scraped() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    return response.read().decode()
+            except OSError:
+                return ""
+
+        wait_until(lambda: 'subs_events_handled_total{tag="rec"} 1' in scraped())
+        wait_until(lambda: 'subs_queue_pending{tag="rec"} 0' in scraped())  # refreshed every --poll
+        assert listening_addresses(port) == {"127.0.0.1"}
+    finally:
+        listener.terminate()
+        _, stderr = listener.communicate(timeout=60)
+    assert listener.returncode == 0, stderr
+    if rec.password:
+        assert rec.password not in stderr
+
+
+def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
+    result = subs(rec, tmp_path, "systemd-unit", "--environment-file", "/etc/subs/app.env", "--run-as", "subs",
+                  "--mode", "parallel", "--workers", "3")
+    assert result.returncode == 0, result.stderr
+    unit = result.stdout
+    assert "EnvironmentFile=-/etc/subs/app.env" in unit and "User=subs" in unit
+    assert "listen --mode parallel --workers 3" in unit
+    assert rec.target in unit or rec.dsn in unit
+    if rec.password:
+        assert rec.password not in unit
+    refused = subs(rec, tmp_path, "systemd-unit", "--password", "x")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
