@@ -88,6 +88,7 @@ def start() -> None:
     shutil.chown(RUN_DIR, "firebird", "firebird")
     guard = subprocess.run(
         ["su", "-s", "/bin/sh", "firebird", "-c", f"{FBGUARD} -daemon -forever"],
+        env=_server_environment(),
         capture_output=True,
         text=True,
     )
@@ -100,6 +101,13 @@ def start() -> None:
         _wait(listening, "start listening")
     except RuntimeError as error:
         raise RuntimeError(f"{error}; server log: {_log_tail()}") from None
+
+
+def _server_environment() -> dict[str, str]:
+    """Our environment without Firebird's variables. Once the tests have used
+    the embedded engine, FIREBIRD names its runtime root under /root, and a
+    server started with it cannot read its firebird.conf ("startup error")."""
+    return {name: value for name, value in os.environ.items() if not name.startswith(("FIREBIRD", "ISC_"))}
 
 
 def _pids(name: str) -> list[int]:

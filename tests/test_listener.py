@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from subscriptions.errors import SubsError
+
+import fb3server
 from conftest import Subs, execute, query
 
 RECORDER = '''
@@ -309,6 +312,28 @@ def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
     insert(items, 2, 1)
     listener.wait_for(lambda lines: len(handled(lines)) == 2)
     assert "database connection lost" in listener.output()
+
+
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
+def test_rides_through_a_server_restart(items, tmp_path, listeners):
+    """Firebird 3 server stopped and started under a running listener: its
+    workers notice, start afresh and reconnect; nothing is lost."""
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", "--poll", "0.5", "--lease", "3")
+    listeners.append(listener)
+    insert(items, 1, 5)
+    listener.wait_for(lambda lines: len(handled(lines)) == 5)
+    fb3server.restart()
+    deadline = time.monotonic() + 30
+    while True:  # the server takes logins again a moment after it listens
+        try:
+            insert(items, 6, 5)
+            break
+        except SubsError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    listener.wait_for(lambda lines: sorted(set(handled(lines))) == list(range(1, 11)))
+    assert "database connection lost" in listener.output()
+    assert remaining(items) == 0
 
 
 def test_status_counts(items):
