@@ -160,3 +160,26 @@ def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
         assert rec.password not in unit
     refused = subs(rec, tmp_path, "systemd-unit", "--password", "x")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
+def test_password_from_the_config_file_only(rec, tmp_path):
+    """No ISC_PASSWORD and no --password: [database] in subs.toml is enough, and
+    the password shows up in nothing we print."""
+    config = tmp_path / "subs.toml"
+    config.write_text(f'[database]\ndsn = "{rec.dsn}"\nuser = "{rec.effective_user}"\npassword = "{rec.password}"\n')
+    config.chmod(0o600)
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("ISC_", "SUBS_"))}
+    outputs = []
+    for args in (["status"], ["list", "--json"], ["dead"], ["systemd-unit"], ["handlers"]):
+        result = subprocess.run([sys.executable, "-m", "subscriptions", *args], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, (args, result.stderr)
+        outputs.append(result.stdout + result.stderr)
+    assert "rec" in outputs[0] and f"WorkingDirectory={tmp_path}" in outputs[3]  # finds ./subs.toml
+    assert not any(rec.password in output for output in outputs)
+    config.write_text(config.read_text().replace(rec.password, "not-the-password"))
+    refused = subprocess.run([sys.executable, "-m", "subscriptions", "status"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "password was rejected" in refused.stderr
+    assert "not-the-password" not in refused.stderr
