@@ -115,9 +115,14 @@ class Claimer:
         return self._claim(self._sql["claim_head"], params, {target.sub_id: target})
 
     def ack(self, event_ids: Sequence[int]) -> int:
-        """Delete handled events we still own; returns how many we did."""
-        with self.db.transaction() as cursor:
-            return self._each(cursor, "ack", ((event_id, self.owner) for event_id in event_ids))
+        """Delete handled events we still own; returns how many we did.
+
+        Settling is retried on a conflict, like every write here: the
+        heartbeat may have renewed the same rows a moment earlier."""
+        ids = list(event_ids)
+        if not ids:
+            return 0
+        return self.db.run(lambda cursor: self._each(cursor, "ack", ((event_id, self.owner) for event_id in ids)))
 
     def ack_in(self, cursor: Cursor, event_id: int) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
@@ -125,22 +130,20 @@ class Claimer:
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool) -> None:
         params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), event_id, self.owner)
-        with self.db.transaction() as cursor:
-            cursor.execute(self._sql["fail"], params)
+        self.db.run(lambda cursor: cursor.execute(self._sql["fail"], params))
 
     def release(self, event_ids: Iterable[int]) -> None:
         """Give back claimed events that were never started."""
         ids = list(event_ids)
         if ids:
-            with self.db.transaction() as cursor:
-                self._each(cursor, "release", ((event_id, self.owner) for event_id in ids))
+            self.db.run(lambda cursor: self._each(cursor, "release", ((event_id, self.owner) for event_id in ids)))
 
     def extend(self, event_ids: Iterable[int]) -> None:
         """Renew the lease of events still being handled (the heartbeat)."""
         ids = list(event_ids)
         if ids:
-            with self.db.transaction() as cursor:
-                self._each(cursor, "extend", ((self.lease_ms, event_id, self.owner) for event_id in ids))
+            rows = [(self.lease_ms, event_id, self.owner) for event_id in ids]
+            self.db.run(lambda cursor: self._each(cursor, "extend", rows))
 
     def _each(self, cursor: Cursor, name: str, rows: Iterable[tuple]) -> int:
         done = 0

@@ -251,10 +251,14 @@ class Worker:
                 if not self._deliver(event, done) and stop_on_failure:
                     break
         finally:
-            self.claimer.ack(done)
-            self.claimer.release(e.id for e in events[started:])
-            with self.in_flight_lock:
-                self.in_flight.difference_update(e.id for e in events)
+            try:
+                self.claimer.ack(done)
+                self.claimer.release(e.id for e in events[started:])
+            finally:
+                # Also when settling failed: the heartbeat would otherwise renew
+                # these leases for ever and the events would never come back.
+                with self.in_flight_lock:
+                    self.in_flight.difference_update(e.id for e in events)
 
     def _deliver(self, event: Event, done: list[int]) -> bool:
         """Run the handler; on success the event id goes to ``done`` (acknowledged
