@@ -49,6 +49,8 @@ EXIT_RESTART = 3  # a handler timed out or the connection died: start a fresh wo
 RECONNECT_MAX = 30.0
 _WAIT_SLICE = 0.5
 _TEARDOWN_TIMEOUT = 5.0
+REGISTER_TIMEOUT = 10.0
+REGISTER_RETRY = 300.0
 
 
 class HandlerTimeout(Exception):
@@ -74,6 +76,8 @@ class Worker:
         self.metrics = Metrics()
         self.odd_returns: set[str] = set()
         self.abandoned = False  # the connection died: never touch its handles again
+        self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
+        self.register_after = 0.0
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -101,13 +105,47 @@ class Worker:
             if t.tag in self.handlers and (not wanted or t.tag in wanted)
         }
         tags = {t.tag for t in targets.values()}
-        if self.collector is None or tags != {t.tag for t in self.targets.values()}:
+        changed = tags != {t.tag for t in self.targets.values()}
+        if changed or (self.collector is None and time.monotonic() >= self.register_after):
             self._close_collector()
             if tags:
-                names = sorted(event_name(tag) for tag in tags)
-                self.collector = self.db.connection.event_collector(names)
-                self.collector.begin()
+                self._register(sorted(event_name(tag) for tag in tags))
         self.targets = targets
+
+    def _register(self, names: list[str]) -> None:
+        """Register for the tags' notifications, but give up after
+        REGISTER_TIMEOUT: on the embedded engine, once a process of the
+        database was SIGKILLed, registration can hang inside the engine until
+        every process detaches. Then the stuck attachment is left alone, claims
+        go on through a fresh one, ``--poll`` does the waking up, and
+        registering is tried again REGISTER_RETRY later."""
+        db, outcome = self.db, {}
+
+        def begin() -> None:
+            try:
+                collector = db.connection.event_collector(names)
+                collector.begin()
+                outcome["collector"] = collector
+            except BaseException as exc:  # handed to the worker thread below
+                outcome["error"] = exc
+
+        registering = threading.Thread(target=begin, name="register-events", daemon=True)
+        registering.start()
+        registering.join(REGISTER_TIMEOUT)
+        if registering.is_alive():
+            log.error(
+                "registering for event notifications did not finish in %.0fs; polling every %gs "
+                "instead and trying again in %.0fs", REGISTER_TIMEOUT, self.options.poll, REGISTER_RETRY,
+            )
+            self.stuck_attachments.append(db)
+            self.db = Database(self.options.settings)
+            self._install_signal_handlers()
+            self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
+            self.register_after = time.monotonic() + REGISTER_RETRY
+            return
+        if "error" in outcome:
+            raise outcome["error"]
+        self.collector = outcome["collector"]
 
     def _close_collector(self) -> None:
         """Close the event collector, working around firebird-driver 2.1 raising

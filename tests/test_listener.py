@@ -73,7 +73,7 @@ class Listener:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin),
              "--backoff-min", "0.1", "--backoff-max", "0.2", *args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
     def lines(self) -> list[dict]:
@@ -98,9 +98,12 @@ class Listener:
         return self.log.read()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+        """Kill the listener and its workers (a process group of their own)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
 
 
 @pytest.fixture
@@ -421,3 +424,26 @@ def test_odd_handler_return_values(items, tmp_path):
     assert result.stderr.count("handler for rec returned False; return values are ignored") == 1, result.stderr
     assert len(record.read_text().split()) == 2
     assert remaining(items) == 0
+
+
+HANGING_REGISTRATION = '''
+import time
+from firebird.driver.core import EventCollector
+
+# Stands in for the embedded engine wedged in isc_que_events after a process
+# of the database was SIGKILLed (tests/SOAK-NOTES.md, finding 3).
+EventCollector.begin = lambda self: time.sleep(3600)
+'''
+
+
+@pytest.mark.parametrize("engine", ["fb5"], indirect=True)
+def test_hanging_event_registration_falls_back_to_polling(items, tmp_path, listeners):
+    (tmp_path / "hang.py").write_text(HANGING_REGISTRATION)
+    listener = Listener(items, tmp_path, "--plugin", str(tmp_path / "hang.py"), "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 3)
+    listener.wait_for(lambda lines: len(handled(lines)) == 3)
+    insert(items, 4, 2)
+    listener.wait_for(lambda lines: len(handled(lines)) == 5)
+    assert "registering for event notifications did not finish" in listener.output()
+    assert "exited" not in listener.output(), "the worker was not replaced: it kept going"
