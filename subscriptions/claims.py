@@ -26,6 +26,7 @@ from .db import Database, is_conflict, read_text
 from .events import Event
 
 MAX_ERROR_LENGTH = 2000
+NO_CURRENT_RECORD = 335544348
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,11 @@ class Claimer:
                 return self._events(cursor.fetchall(), targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
-            # conflict (engine issue #9017): nothing was claimed, try later.
-            if not is_conflict(exc):
+            # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
+            # LOCKED RETURNING "no current record for fetch" when a row it was
+            # about to return was just acknowledged by another worker. Either
+            # way nothing was claimed: try again later.
+            if not is_conflict(exc) and NO_CURRENT_RECORD not in (exc.gds_codes or ()):
                 raise
             self.conflicts += 1
             return []

@@ -69,6 +69,10 @@ class Worker:
         self.handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.in_flight: set[int] = set()
         self.in_flight_lock = threading.Lock()
+        # Settling and the heartbeat's renewal write the same rows on two
+        # attachments: one at a time, or with --batch > 1 they can deadlock
+        # (which the engine breaks only after DeadlockTimeout, 10 s).
+        self.settle_lock = threading.Lock()
         self.db: Database | None = None
         self.claimer: Claimer | None = None
         self.collector = None
@@ -290,8 +294,9 @@ class Worker:
                     break
         finally:
             try:
-                self.claimer.ack(done)
-                self.claimer.release(e.id for e in events[started:])
+                with self.settle_lock:
+                    self.claimer.ack(done)
+                    self.claimer.release(e.id for e in events[started:])
             finally:
                 # Also when settling failed: the heartbeat would otherwise renew
                 # these leases for ever and the events would never come back.
@@ -361,7 +366,8 @@ class Worker:
     def _failed(self, event: Event, error: str, started: float) -> None:
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
-        self.claimer.fail(event.id, error, delay, dead)
+        with self.settle_lock:
+            self.claimer.fail(event.id, error, delay, dead)
         self._observe(event.tag, "dead" if dead else "failed", time.monotonic() - started)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
@@ -383,12 +389,15 @@ class Worker:
             log.warning("could not connect for lease renewal: %s", first_line(exc))
         while not self.stop.wait(self.options.lease / 3):
             with self.in_flight_lock:
-                ids = list(self.in_flight)
-            if not ids:
-                continue
+                if not self.in_flight:
+                    continue
             try:
                 db = db or Database(self.options.settings)
-                Claimer(db, self.owner, self.options.lease).extend(ids)
+                with self.settle_lock:
+                    with self.in_flight_lock:
+                        ids = sorted(self.in_flight)
+                    if ids:
+                        Claimer(db, self.owner, self.options.lease).extend(ids)
             except (DatabaseError, SubsError) as exc:
                 log.warning("could not renew leases: %s", first_line(exc))
                 db = None

@@ -1,0 +1,63 @@
+"""Workload sizes (full and --quick) and what every workload gets to run with."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .results import Recorder
+
+
+@dataclass(frozen=True)
+class Sizes:
+    w1_events: int = 20_000
+    w1_batch: int = 100
+    workers: int = 4
+    w2_events: int = 1_000
+    w2_sleep_ms: tuple[int, int] = (10, 40)
+    w3_events: int = 300
+    w3_gap_ms: tuple[int, int] = (20, 40)
+    w4_rows: int = 10_000
+    w5_history: int = 1_000_000
+    w5_claims: int = 300
+    w5_events: int = 2_000
+    w6_events: int = 50_000
+    w6_batch: int = 100
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    w1_events=300,
+    w1_batch=20,
+    w2_events=40,
+    w3_events=15,
+    w4_rows=300,
+    w5_history=5_000,
+    w5_claims=20,
+    w5_events=100,
+    w6_events=1_000,
+    w6_batch=20,
+)
+
+
+@dataclass
+class Context:
+    """Sizes, repeats and the shared recorder; ``time_limit`` caps each W1
+    case run, the only ones whose full length grows with the product's speed
+    (None: no cap)."""
+
+    sizes: Sizes
+    repeat: int
+    time_limit: float | None
+    workdir: Path
+    recorder: Recorder
+
+    def progress(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def deadline(limit: float | None) -> float:
+    """The monotonic time at which a run starting now is cut off."""
+    return time.monotonic() + limit if limit else float("inf")
