@@ -5,7 +5,7 @@ produced exactly its subscribed events, each handled at least once, more than
 once only when a fault cut an attempt off, nothing left behind, nothing from a
 rolled-back transaction, and (ordered mode) each subscription in order.
 
-    .venv/bin/python tests/soak.py --engine fb3 --mode parallel --changes 100000 --seconds 1200 --seed 1
+    .venv/bin/python tests/soak.py --engine fb3 --mode parallel --changes 100000 --seconds 1200 --batch 5
 
 Prints one summary line; exit status 0 when every check passed, 1 otherwise
 (the failed checks follow the summary). It starts Firebird 3 itself
