@@ -114,8 +114,11 @@ BEGIN
     END
 END;
 
+-- ack, release and extend act on a batch: {event_ids} is a list of integer
+-- event ids, and only rows this owner still holds are touched.
+
 -- name: ack
-DELETE FROM EVENT_LOG WHERE EVENT_ID = ? AND CLAIMED_BY = ?;
+DELETE FROM EVENT_LOG WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
 
 -- name: fail
 -- DEAD_AT is set when the attempt was the last one allowed.
@@ -131,12 +134,12 @@ WHERE EVENT_ID = ? AND CLAIMED_BY = ?;
 -- Give back a claimed event that was never started: the attempt did not happen.
 UPDATE EVENT_LOG
 SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
-WHERE EVENT_ID = ? AND CLAIMED_BY = ?;
+WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
 
 -- name: extend
 UPDATE EVENT_LOG
 SET CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
-WHERE EVENT_ID = ? AND CLAIMED_BY = ?;
+WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
 
 -- name: subscriptions
 SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
