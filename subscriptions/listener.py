@@ -6,7 +6,9 @@ loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
 stop bounded by ``--grace``, and kills them all on a second signal. Workers
 send their handler outcomes to it for the metrics endpoint, and stamp a shared
 progress clock: one that stops stamping for longer than a handler may run
-plus a poll interval and ``STALL_MARGIN`` is killed and replaced.
+plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A reaper
+thread disconnects attachments the server keeps for dead workers (reaper.py)
+when a worker dies and every REAP_INTERVAL.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import pickle
 import queue
 import signal
 import sys
+import threading
 import time
 from ctypes import c_double
 from dataclasses import dataclass, field
 
 from firebird.driver import DatabaseError
 
-from . import queries, schema, worker
+from . import queries, reaper, schema, worker
 from .claims import load_targets, supports_skip_locked
 from .db import Database, first_line
 from .errors import SubsError
@@ -51,6 +54,7 @@ def check(options: ListenOptions) -> None:
         with db.transaction() as cursor:
             cursor.execute(queries.load("claims")["delete_orphans"])
             orphans = cursor.affected_rows
+        reaper.reap(db)  # the workers of a listener that was killed
         targets = load_targets(db)
         strategy = "SKIP LOCKED" if supports_skip_locked(db.engine_version) else "conflict-free fallback"
         version = ".".join(map(str, db.engine_version))
@@ -93,6 +97,21 @@ class Supervisor:
         self.workers: list[multiprocessing.Process | None] = []
         self.progress: dict[int, c_double] = {}
         self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
+        self.reap_now = threading.Event()
+        self.done = threading.Event()
+
+    def _reap(self) -> None:
+        """Reaper thread: on a worker's death (reap_now) and every REAP_INTERVAL."""
+        while not self.done.is_set():
+            self.reap_now.wait(reaper.REAP_INTERVAL)
+            self.reap_now.clear()
+            if self.done.is_set() or self.stopping:
+                return
+            try:
+                with Database(self.options.settings) as db:
+                    reaper.reap(db)
+            except (DatabaseError, SubsError) as exc:
+                log.warning("could not look for attachments of dead workers: %s", first_line(exc))
 
     def _start(self) -> multiprocessing.Process:
         progress = self.context.Value("d", time.monotonic(), lock=False)
@@ -141,8 +160,10 @@ class Supervisor:
 
     def run(self, *, with_queue_metrics: bool = False) -> int:
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        reaping = threading.Thread(target=self._reap, name="reaper", daemon=True)
         try:
             self.workers = [self._start() for _ in range(self.options.workers)]
+            reaping.start()
             next_queue_refresh = 0.0
             while True:
                 self._collect_reports()
@@ -159,6 +180,7 @@ class Supervisor:
                         self.workers[index] = None
                         continue
                     log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
+                    self.reap_now.set()
                     time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
                     self.workers[index] = self._start()
                 if all(p is None for p in self.workers):
@@ -173,7 +195,11 @@ class Supervisor:
             self._collect_reports()
             return 0
         finally:
+            self.done.set()
+            self.reap_now.set()
             for process in self._alive():
                 process.kill()
+            if reaping.is_alive():
+                reaping.join(5.0)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

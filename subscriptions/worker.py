@@ -22,8 +22,8 @@ import asyncio
 import inspect
 import logging
 import os
+import queue
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +32,7 @@ from multiprocessing.queues import Queue
 
 from firebird.driver import DatabaseError
 
-from . import logs
+from . import logs, reaper
 from .claims import Claimer, Target, load_targets
 from .db import Database, first_line, is_connection_lost
 from .errors import SubsError
@@ -64,7 +64,7 @@ class Worker:
         self.options = options
         self.reports = reports
         self.progress = progress
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.owner = reaper.owner()
         self.stop = threading.Event()
         self.handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.in_flight: set[int] = set()
@@ -82,6 +82,9 @@ class Worker:
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
         self.register_after = 0.0
+        self.handler_thread: threading.Thread | None = None
+        self.calls: queue.SimpleQueue[tuple[Callable[[Event], object], Event]] = queue.SimpleQueue()
+        self.results: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -94,8 +97,14 @@ class Worker:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self.stop.set())
 
+    def _attach(self) -> Database:
+        """A new attachment, tagged so a listener can reap it if we die."""
+        db = Database(self.options.settings)
+        reaper.tag(db, self.owner)
+        return db
+
     def _connect(self) -> None:
-        self.db = Database(self.options.settings)
+        self.db = self._attach()
         self._install_signal_handlers()
         self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
         self._refresh_targets()
@@ -142,7 +151,7 @@ class Worker:
                 "instead and trying again in %.0fs", REGISTER_TIMEOUT, self.options.poll, REGISTER_RETRY,
             )
             self.stuck_attachments.append(db)
-            self.db = Database(self.options.settings)
+            self.db = self._attach()
             self._install_signal_handlers()
             self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
             self.register_after = time.monotonic() + REGISTER_RETRY
@@ -326,12 +335,28 @@ class Worker:
             return False
 
     def _run(self, function: Callable[[Event], object], event: Event) -> None:
-        """Call the handler in a thread bounded by --timeout. An ``async def``
-        handler is run to completion; any other return value is ignored (only
-        raising fails an attempt), which is worth a warning once per tag."""
-        outcome: dict[str, BaseException] = {}
+        """Call the handler on the handler thread, bounded by --timeout. One
+        long-lived thread per worker: starting a thread per event costs more
+        than a quick handler. After a timeout the thread is left to its hung
+        handler and the worker exits (HandlerTimeout), so no late result is
+        ever taken for the next event's."""
+        if self.handler_thread is None:
+            self.handler_thread = threading.Thread(target=self._handler_loop, name="handler", daemon=True)
+            self.handler_thread.start()
+        self.calls.put((function, event))
+        try:
+            error = self.results.get(timeout=self.options.timeout)
+        except queue.Empty:
+            raise HandlerTimeout() from None
+        if error is not None:
+            raise error
 
-        def call() -> None:
+    def _handler_loop(self) -> None:
+        """Run handlers handed over by _run; an ``async def`` handler is run to
+        completion; any other return value is ignored (only raising fails an
+        attempt), which is worth a warning once per tag."""
+        while True:
+            function, event = self.calls.get()
             try:
                 result = function(event)
                 if inspect.iscoroutine(result):
@@ -342,16 +367,10 @@ class Worker:
                         "handler for %s returned %.40r; return values are ignored: raise to fail an attempt",
                         event.tag, result,
                     )
-            except BaseException as exc:  # handed to the worker thread below
-                outcome["error"] = exc
-
-        thread = threading.Thread(target=call, name=f"handler-{event.id}", daemon=True)
-        thread.start()
-        thread.join(self.options.timeout)
-        if thread.is_alive():
-            raise HandlerTimeout()
-        if "error" in outcome:
-            raise outcome["error"]
+            except BaseException as exc:  # handed to the worker thread
+                self.results.put(exc)
+            else:
+                self.results.put(None)
 
     def _run_transactional(self, handler: Handler, event: Event) -> None:
         """The handler's writes and the acknowledgement commit together."""
@@ -384,7 +403,7 @@ class Worker:
         waiting in its batch) every third of the lease, on a connection of its own."""
         db: Database | None = None
         try:
-            db = Database(self.options.settings)
+            db = self._attach()
         except (DatabaseError, SubsError) as exc:
             log.warning("could not connect for lease renewal: %s", first_line(exc))
         while not self.stop.wait(self.options.lease / 3):
@@ -392,7 +411,7 @@ class Worker:
                 if not self.in_flight:
                     continue
             try:
-                db = db or Database(self.options.settings)
+                db = db or self._attach()
                 with self.settle_lock:
                     with self.in_flight_lock:
                         ids = sorted(self.in_flight)

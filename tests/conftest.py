@@ -19,6 +19,7 @@ from subscriptions.db import Database
 import fb3server
 
 ENGINES = ("fb5", "fb3")
+ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +63,25 @@ def settings(empty_settings: ConnectionSettings) -> ConnectionSettings:
 def db(settings: ConnectionSettings) -> Iterator[Database]:
     with Database(settings) as database:
         yield database
+
+
+@pytest.fixture
+def items(settings: ConnectionSettings) -> ConnectionSettings:
+    """A database with table ITEMS subscribed (IUD) by tag ``rec`` of the
+    recording plugin in listening.py, and a table AUDIT."""
+    execute(settings, ITEMS_TABLE)
+    execute(settings, "CREATE TABLE AUDIT (EVENT_ID BIGINT, ITEM_ID INTEGER)")
+    Subs(settings).ok("add", "items", "IUD", "rec")
+    return settings
+
+
+@pytest.fixture
+def listeners() -> Iterator[list]:
+    """Listener processes to kill when the test ends."""
+    started: list = []  # listening.Listener
+    yield started
+    for listener in started:
+        listener.stop()
 
 
 class Subs:

@@ -1,0 +1,115 @@
+"""A `subs listen` process with a recording plugin, and the ITEMS table it
+listens to: shared by the listener and reaper tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from subscriptions.db import Database
+
+from conftest import query
+
+RECORDER = '''
+import json, os, time
+from subscriptions import hookimpl
+
+RECORD = os.environ["RECORD_FILE"]
+
+
+def append(event, phase):
+    line = {"id": event.id, "attempt": event.attempt, "pid": os.getpid(), "key": event.pk["ID"],
+            "tag": event.tag, "sub": event.subscription_id, "phase": phase}
+    with open(RECORD, "a") as file:
+        file.write(json.dumps(line) + "\\n")
+
+
+@hookimpl
+def register_handlers(register):
+    register("rec", handle)
+    register("rec2", handle)
+    register("audit", write_audit, transactional=True)
+
+
+def handle(event):
+    """Behaves as the row's NOTE says: sleepN, fail, fail_once, or nothing."""
+    note = (event.new or event.old or {}).get("NOTE") or ""
+    append(event, "start")
+    if note.startswith("sleep") and event.attempt == 1:
+        time.sleep(float(note[5:]))
+    if note == "fail" or (note == "fail_once" and event.attempt == 1):
+        raise RuntimeError(f"asked to fail ({note})")
+    append(event, "done")
+
+
+def write_audit(event):
+    event.cursor.execute("INSERT INTO AUDIT (EVENT_ID, ITEM_ID) VALUES (?, ?)", (event.id, event.pk["ID"]))
+    if (event.new or {}).get("NOTE") == "fail":
+        raise RuntimeError("audit write rolled back")
+'''
+
+
+
+class Listener:
+    """One `subs listen` process with the recording plugin."""
+
+    def __init__(self, settings, tmp_path: Path, *args: str) -> None:
+        self.record = tmp_path / "record.jsonl"
+        plugin = tmp_path / "recorder.py"
+        plugin.write_text(RECORDER)
+        env = {**os.environ, "RECORD_FILE": str(self.record), "ISC_USER": settings.effective_user,
+               "ISC_PASSWORD": settings.password or ""}
+        self.log = open(tmp_path / f"listener-{time.monotonic_ns()}.log", "w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin),
+             "--backoff-min", "0.1", "--backoff-max", "0.2", *args],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def lines(self) -> list[dict]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    def wait_for(self, condition, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition(self.lines()):
+            if self.process.poll() is not None and not condition(self.lines()):
+                raise AssertionError(f"listener exited with {self.process.returncode}: {self.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; record: {self.lines()[-5:]}; log: {self.output()[-2000:]}")
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 120.0) -> int:
+        return self.process.wait(timeout)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        """Kill the listener and its workers (a process group of their own)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+
+
+def insert(settings, first: int, count: int, note: str = "") -> None:
+    with Database(settings) as db, db.transaction() as cursor:
+        for key in range(first, first + count):
+            cursor.execute("INSERT INTO ITEMS VALUES (?, ?)", (key, note))
+
+
+def handled(lines: list[dict]) -> list[int]:
+    return [line["id"] for line in lines if line["phase"] == "done"]
+
+
+def remaining(settings) -> int:
+    return query(settings, "SELECT COUNT(*) FROM EVENT_LOG")[0][0]

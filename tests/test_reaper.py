@@ -1,0 +1,118 @@
+"""Attachments left by dead workers: the listener disconnects them, so their
+open claim transactions cannot hold an ordered subscription's head for ever
+(tests/SOAK-NOTES.md, finding 6)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from subscriptions import reaper
+from subscriptions.db import Database
+
+from conftest import query
+from listening import Listener, handled, insert, remaining
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+HOLDER = """
+import sys
+from subscriptions import reaper
+from subscriptions.config import ConnectionSettings
+from subscriptions.db import Database
+
+db = Database(ConnectionSettings(sys.argv[1], sys.argv[2], sys.argv[3] or None))
+reaper.tag(db, sys.argv[4])
+db.connection.begin()
+cursor = db.connection.cursor()
+cursor.execute("UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 "
+               "WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG WHERE CLAIMED_BY IS NULL)")
+print(cursor.affected_rows, flush=True)
+sys.stdin.read()
+"""
+
+
+class Holder:
+    """A process whose attachment is tagged as worker ``owner`` and holds the
+    oldest unclaimed event in an uncommitted claim, like the attachments the Firebird 3
+    server kept after SIGKILLs (the process itself plays the server's part)."""
+
+    def __init__(self, settings, owner: str) -> None:
+        self.settings, self.owner = settings, owner
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, settings.dsn, settings.effective_user, settings.password or "", owner],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        assert self.process.stdout.readline().strip() == "1"
+
+    def attached(self) -> bool:
+        rows = query(self.settings, "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES "
+                     "WHERE MON$VARIABLE_NAME = 'SUBS_WORKER' AND MON$VARIABLE_VALUE = ?", (self.owner,))
+        return rows[0][0] > 0
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(30)
+
+
+@pytest.fixture
+def holders():
+    made: list[Holder] = []
+    yield made
+    for holder in made:
+        holder.close()
+
+
+def test_is_dead_here_only_for_gone_processes_of_this_host():
+    host = socket.gethostname()
+    assert reaper.is_dead_here(f"{host}:{dead_pid()}")
+    assert not reaper.is_dead_here(f"{host}:{os.getpid()}")
+    assert not reaper.is_dead_here(f"{host}:1")  # alive, another user's or ours
+    assert not reaper.is_dead_here(f"elsewhere.example:{dead_pid()}")
+    assert not reaper.is_dead_here("not-an-owner")
+
+
+def test_start_up_disconnects_a_dead_workers_attachment_and_no_live_one(items, tmp_path, listeners, holders):
+    insert(items, 1, 3)
+    zombie = Holder(items, f"{socket.gethostname()}:{dead_pid()}")
+    holders.append(zombie)
+    assert zombie.attached()
+    live = Database(items)
+    reaper.tag(live, reaper.owner())  # a live worker: this test process
+    try:
+        listener = Listener(items, tmp_path, "--drain")
+        listeners.append(listener)
+        assert listener.finish() == 0, listener.output()
+        assert handled(listener.lines()) and len(handled(listener.lines())) == 3
+        assert remaining(items) == 0
+        assert not zombie.attached()
+        assert live.fetch_value("SELECT 1 FROM RDB$DATABASE") == 1
+        assert "left by dead worker" in listener.output()
+    finally:
+        live.close()
+
+
+def test_a_dead_worker_makes_the_listener_look_for_its_attachments(items, tmp_path, listeners, holders):
+    """Ordered mode behind an event held by a dead worker's attachment: it
+    moves on once the listener reaps after a worker of its own dies."""
+    listener = Listener(items, tmp_path, "--poll", "0.3", "--lease", "2")
+    listeners.append(listener)
+    insert(items, 1, 1, "sleep30")
+    listener.wait_for(lambda lines: lines)
+    insert(items, 2, 1)
+    holders.append(Holder(items, f"{socket.gethostname()}:{dead_pid()}"))  # holds event 2
+    os.kill(listener.lines()[0]["pid"], signal.SIGKILL)
+    listener.wait_for(lambda lines: len(handled(lines)) == 2, timeout=60)
+    assert [line["key"] for line in listener.lines() if line["phase"] == "done"] == [1, 2]
+    assert remaining(items) == 0
+    assert not holders[0].attached()
