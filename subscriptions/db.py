@@ -142,6 +142,9 @@ class Database:
         try:
             with connection.cursor() as cursor:
                 yield cursor
+            # Deferred work (DDL, constraint checks) can fail at commit: the
+            # transaction is then still open and must be rolled back too.
+            connection.commit()
         except DatabaseError as exc:
             # A rollback on a dead remote attachment can block for ever (seen
             # on Firebird 3 with an event collector attached); the server has
@@ -153,7 +156,6 @@ class Database:
             if connection.main_transaction.is_active():
                 connection.rollback()
             raise
-        connection.commit()
 
     def run(self, work: Callable[[Cursor], T], *, attempts: int = 10) -> T:
         """Run ``work`` in a transaction, retrying from scratch (after a random,

@@ -6,9 +6,10 @@ loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
 stop bounded by ``--grace``, and kills them all on a second signal. Workers
 send their handler outcomes to it for the metrics endpoint, and stamp a shared
 progress clock: one that stops stamping for longer than a handler may run
-plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A reaper
-thread disconnects attachments the server keeps for dead workers (reaper.py)
-when a worker dies and every REAP_INTERVAL.
+plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
+housekeeping thread disconnects attachments the server keeps for dead workers
+(reaper.py) when a worker dies and every REAP_INTERVAL, and rebuilds the claim
+index every REBUILD_EVERY handled events (housekeeping.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 from firebird.driver import DatabaseError
 
-from . import queries, reaper, schema, worker
+from . import housekeeping, queries, reaper, schema, worker
 from .claims import load_targets, supports_skip_locked
 from .db import Database, first_line
 from .errors import SubsError
@@ -55,6 +56,7 @@ def check(options: ListenOptions) -> None:
             cursor.execute(queries.load("claims")["delete_orphans"])
             orphans = cursor.affected_rows
         reaper.reap(db)  # the workers of a listener that was killed
+        _rebuild_claim_index(db)
         targets = load_targets(db)
         strategy = "SKIP LOCKED" if supports_skip_locked(db.engine_version) else "conflict-free fallback"
         version = ".".join(map(str, db.engine_version))
@@ -71,6 +73,15 @@ def check(options: ListenOptions) -> None:
         options.settings.dsn, version, strategy, options.mode, options.workers,
         ", ".join(sorted(options.tags or {t.tag for t in targets if t.tag in handlers})) or "(none yet)",
     )
+
+
+def _rebuild_claim_index(db: Database) -> bool:
+    """Housekeeping must not stop the listener: a failure is a warning."""
+    try:
+        return housekeeping.rebuild_queue_index(db)
+    except DatabaseError as exc:
+        log.warning("could not rebuild the claim index: %s", first_line(exc))
+        return False
 
 
 def check_main() -> None:
@@ -99,9 +110,12 @@ class Supervisor:
         self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
         self.reap_now = threading.Event()
         self.done = threading.Event()
+        self.handled_since_rebuild = 0
 
-    def _reap(self) -> None:
-        """Reaper thread: on a worker's death (reap_now) and every REAP_INTERVAL."""
+    def _housekeep(self) -> None:
+        """Housekeeping thread: reap dead workers' attachments when a worker
+        dies (reap_now) and every REAP_INTERVAL; rebuild the claim index once
+        REBUILD_EVERY events were handled since the last rebuild."""
         while not self.done.is_set():
             self.reap_now.wait(reaper.REAP_INTERVAL)
             self.reap_now.clear()
@@ -110,8 +124,10 @@ class Supervisor:
             try:
                 with Database(self.options.settings) as db:
                     reaper.reap(db)
+                    if self.handled_since_rebuild >= housekeeping.REBUILD_EVERY and _rebuild_claim_index(db):
+                        self.handled_since_rebuild = 0
             except (DatabaseError, SubsError) as exc:
-                log.warning("could not look for attachments of dead workers: %s", first_line(exc))
+                log.warning("housekeeping: %s", first_line(exc))
 
     def _start(self) -> multiprocessing.Process:
         progress = self.context.Value("d", time.monotonic(), lock=False)
@@ -147,9 +163,11 @@ class Supervisor:
     def _collect_reports(self) -> None:
         while True:
             try:
-                self.metrics.merge(self.reports.get_nowait())
+                delta = self.reports.get_nowait()
             except queue.Empty:
                 return
+            self.metrics.merge(delta)
+            self.handled_since_rebuild += sum(counts.get("handled", 0) for counts in delta["events"].values())
 
     def _refresh_queue_metrics(self) -> None:
         try:
@@ -160,10 +178,10 @@ class Supervisor:
 
     def run(self, *, with_queue_metrics: bool = False) -> int:
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        reaping = threading.Thread(target=self._reap, name="reaper", daemon=True)
+        housekeeping_thread = threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)
         try:
             self.workers = [self._start() for _ in range(self.options.workers)]
-            reaping.start()
+            housekeeping_thread.start()
             next_queue_refresh = 0.0
             while True:
                 self._collect_reports()
@@ -199,7 +217,7 @@ class Supervisor:
             self.reap_now.set()
             for process in self._alive():
                 process.kill()
-            if reaping.is_alive():
-                reaping.join(5.0)
+            if housekeeping_thread.is_alive():
+                housekeeping_thread.join(5.0)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

@@ -23,10 +23,13 @@ from .errors import SubsError
 
 # ServerMode=Super (the wheel's default) locks the database file to one
 # process; SuperClassic lets the listener, its workers and `subs` commands
-# share it, and carries POST_EVENT between them.
+# share it, and carries POST_EVENT between them. SuperClassic's default page
+# cache is 256 pages per process; claims walk more than that once the claim
+# index has grown (housekeeping.py), and every miss is a read.
 FIREBIRD_CONF = """\
 # Written by subs. The embedded engine reads its configuration from here.
 ServerMode = SuperClassic
+DefaultDbCachePages = 2048
 """
 
 _lock = threading.Lock()
@@ -57,8 +60,12 @@ def runtime_root() -> Path:
 
 
 def _build_root(wheel_root: Path, root: Path) -> None:
-    """Create ``root`` atomically: links to the wheel's files plus our firebird.conf."""
-    if (root / "firebird.conf").is_file():
+    """Create ``root`` atomically: links to the wheel's files plus our
+    firebird.conf; bring the firebird.conf of an existing root up to date."""
+    conf = root / "firebird.conf"
+    if conf.is_file():
+        if conf.read_text() != FIREBIRD_CONF:
+            _write_atomically(conf, FIREBIRD_CONF)
         return
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
@@ -70,10 +77,18 @@ def _build_root(wheel_root: Path, root: Path) -> None:
         try:
             staging.rename(root)
         except OSError:
-            if not (root / "firebird.conf").is_file():
+            if not conf.is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Other processes may be reading ``path``: they see the old or the new text."""
+    handle, temporary = tempfile.mkstemp(prefix=".firebird.conf-", dir=path.parent)
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+    os.replace(temporary, path)
 
 
 def _preload_crypto_libraries(wheel_root: Path) -> None:

@@ -1,0 +1,51 @@
+"""Rebuilding the claim index, which deleting events in order leaves full of
+empty pages (sql/housekeeping.sql): after 1,000,000 handled events a claim
+took 3x as long as on a fresh log.
+
+The rebuild is one transaction (deactivate, activate, commit), so the index
+is never left inactive. It needs the table to itself for a moment: it is tried
+with NO WAIT and given up while any other transaction has written to
+EVENT_LOG (an application's transaction whose trigger logged an event, a
+claim), and skipped while the log is long, since writers wait for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from firebird.driver import DatabaseError, Isolation, tpb
+
+from . import queries
+from .db import CONFLICT_CODES, Database
+
+log = logging.getLogger("subs.housekeeping")
+
+REBUILD_EVERY = 50_000  # events handled between rebuilds
+MAX_LIVE_EVENTS = 10_000  # a longer log is not rebuilt: writers would wait for it
+OBJECT_IN_USE = 335544453
+
+
+@functools.cache
+def _nowait_tpb() -> bytes:
+    return tpb(Isolation.SNAPSHOT, lock_timeout=0)
+
+
+def rebuild_queue_index(db: Database, max_live: int = MAX_LIVE_EVENTS) -> bool:
+    """Rebuild IX_EVENT_LOG_QUEUE if that can be done now; True if it was."""
+    sql = queries.load("housekeeping")
+    if db.fetch_value(sql["live_events"], max_live + 1) > max_live:
+        log.debug("claim index not rebuilt: more than %s live events", max_live)
+        return False
+    try:
+        with db.transaction(_nowait_tpb()) as cursor:
+            cursor.execute(sql["deactivate_queue_index"])
+            cursor.execute(sql["activate_queue_index"])
+    except DatabaseError as exc:
+        codes = set(exc.gds_codes or ())
+        if OBJECT_IN_USE in codes or CONFLICT_CODES & codes:
+            log.debug("claim index not rebuilt: EVENT_LOG is in use")
+            return False
+        raise
+    log.info("rebuilt the claim index IX_EVENT_LOG_QUEUE")
+    return True

@@ -1,0 +1,76 @@
+"""Rebuilding the claim index: it drops the empty pages that deleting handled
+events leaves behind, and never leaves the index inactive or writers blocked."""
+
+from __future__ import annotations
+
+import logging
+
+from subscriptions import housekeeping
+from subscriptions.claims import Claimer, load_targets
+from subscriptions.db import Database
+
+from conftest import execute, query
+from listening import insert
+
+HISTORY = """
+EXECUTE BLOCK (SUB INTEGER = ?, N INTEGER = ?) AS
+DECLARE I INTEGER = 0;
+BEGIN
+    WHILE (I < N) DO
+    BEGIN
+        INSERT INTO EVENT_LOG (SUB_ID, PK_KEY) VALUES (:SUB, '2:IDi1:0');
+        I = I + 1;
+    END
+END
+"""
+
+
+def fetches_per_claim(settings) -> int:
+    """Page fetches of one single-event claim of the subscription's head (the
+    second one on the attachment: the first also prepares the statement)."""
+    with Database(settings) as db:
+        claimer = Claimer(db, "test:1", 30)
+        (target, *_) = load_targets(db)
+        for _ in range(2):
+            before = db.connection.info.fetches
+            events = claimer.claim_head(target, 1)
+            fetches = db.connection.info.fetches - before
+            claimer.release(e.id for e in events)
+    return fetches
+
+
+def index_is_active() -> str:
+    return "SELECT COALESCE(RDB$INDEX_INACTIVE, 0) FROM RDB$INDICES WHERE RDB$INDEX_NAME = 'IX_EVENT_LOG_QUEUE'"
+
+
+def test_rebuild_drops_the_pages_left_by_handled_events(items):
+    (sub_id,) = query(items, "SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE ACTION = 'I'")[0]
+    execute(items, HISTORY, params=(sub_id, 50_000))
+    execute(items, "DELETE FROM EVENT_LOG")
+    insert(items, 1, 1)
+    fetches_per_claim(items)  # collects the deleted versions' garbage
+    with_history = fetches_per_claim(items)
+    with Database(items) as db:
+        assert housekeeping.rebuild_queue_index(db)
+    rebuilt = fetches_per_claim(items)
+    assert rebuilt * 2 < with_history, (rebuilt, with_history)
+    assert query(items, index_is_active()) == [(0,)]
+
+
+def test_rebuild_gives_way_to_an_open_writer_and_leaves_the_index_active(items, caplog):
+    caplog.set_level(logging.DEBUG, "subs.housekeeping")
+    with Database(items) as writer, Database(items) as db:
+        writer.connection.begin()
+        writer.connection.cursor().execute("INSERT INTO ITEMS VALUES (1, '')")  # its trigger logs an event
+        assert not housekeeping.rebuild_queue_index(db)
+        writer.connection.commit()
+        assert "EVENT_LOG is in use" in caplog.text
+        assert query(items, index_is_active()) == [(0,)]
+        assert housekeeping.rebuild_queue_index(db)
+
+
+def test_rebuild_waits_while_the_log_is_long(items):
+    insert(items, 1, 5)
+    with Database(items) as db:
+        assert not housekeeping.rebuild_queue_index(db, max_live=4)
+        assert housekeeping.rebuild_queue_index(db, max_live=5)
