@@ -23,7 +23,7 @@ class Sizes:
     w5_history: int = 1_000_000
     w5_claims: int = 300
     w5_events: int = 2_000
-    w6_events: int = 50_000
+    w6_events: int = 150_000
     w6_batch: int = 100
 
 
@@ -37,7 +37,7 @@ QUICK = Sizes(
     w5_history=5_000,
     w5_claims=20,
     w5_events=100,
-    w6_events=1_000,
+    w6_events=5_000,
     w6_batch=20,
 )
 
