@@ -16,15 +16,14 @@ per event cost more than the engine's work.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from firebird.driver import Cursor, DatabaseError, Isolation, Statement, tpb
+from firebird.driver import Cursor, DatabaseError, Statement
 
 from . import queries
 from .capture import decode
-from .db import Database, is_conflict, read_text
+from .db import Database, is_conflict, nowait_tpb, read_text
 from .events import Event
 
 MAX_ERROR_LENGTH = 2000
@@ -43,13 +42,6 @@ class Target:
     table: str
     action: str
     tag: str
-
-
-@functools.cache
-def claim_tpb() -> bytes:
-    """READ COMMITTED NO WAIT. Built on first use: building a TPB loads the
-    client library, which must be the embedded runtime's (runtime.load())."""
-    return tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0)
 
 
 def supports_skip_locked(engine_version: tuple[int, ...]) -> bool:
@@ -108,7 +100,7 @@ class Claimer:
 
     def _claim(self, sql: str, params: tuple, targets: dict[int, Target]) -> list[Event]:
         try:
-            with self.db.transaction(claim_tpb()) as cursor:
+            with self.db.transaction(nowait_tpb()) as cursor:
                 self._execute(cursor, sql, params)
                 return self._events(cursor.fetchall(), targets)
         except DatabaseError as exc:

@@ -4,12 +4,13 @@ transactions, and turning engine errors into messages a user can act on."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from firebird.driver import Connection, Cursor, DatabaseError, connect, create_database
+from firebird.driver import Connection, Cursor, DatabaseError, Isolation, connect, create_database, tpb
 
 from . import queries, runtime
 from .config import ConnectionSettings
@@ -58,6 +59,14 @@ def is_conflict(exc: DatabaseError) -> bool:
 
 def is_connection_lost(exc: DatabaseError) -> bool:
     return bool(CONNECTION_LOST_CODES.intersection(exc.gds_codes or ()))
+
+
+@functools.cache
+def nowait_tpb() -> bytes:
+    """READ COMMITTED NO WAIT: for claims and anything that must give way
+    rather than wait. Built on first use: building a TPB loads the client
+    library, which must be the embedded runtime's (runtime.load())."""
+    return tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0)
 
 
 def first_line(exc: BaseException) -> str:

@@ -11,24 +11,18 @@ claim), and skipped while the log is long, since writers wait for it.
 
 from __future__ import annotations
 
-import functools
 import logging
 
-from firebird.driver import DatabaseError, Isolation, tpb
+from firebird.driver import DatabaseError
 
 from . import queries
-from .db import CONFLICT_CODES, Database
+from .db import CONFLICT_CODES, Database, nowait_tpb
 
 log = logging.getLogger("subs.housekeeping")
 
 REBUILD_EVERY = 50_000  # events handled between rebuilds
 MAX_LIVE_EVENTS = 10_000  # a longer log is not rebuilt: writers would wait for it
 OBJECT_IN_USE = 335544453
-
-
-@functools.cache
-def _nowait_tpb() -> bytes:
-    return tpb(Isolation.SNAPSHOT, lock_timeout=0)
 
 
 def rebuild_queue_index(db: Database, max_live: int = MAX_LIVE_EVENTS) -> bool:
@@ -38,7 +32,7 @@ def rebuild_queue_index(db: Database, max_live: int = MAX_LIVE_EVENTS) -> bool:
         log.debug("claim index not rebuilt: more than %s live events", max_live)
         return False
     try:
-        with db.transaction(_nowait_tpb()) as cursor:
+        with db.transaction(nowait_tpb()) as cursor:
             cursor.execute(sql["deactivate_queue_index"])
             cursor.execute(sql["activate_queue_index"])
     except DatabaseError as exc:

@@ -113,3 +113,31 @@ def handled(lines: list[dict]) -> list[int]:
 
 def remaining(settings) -> int:
     return query(settings, "SELECT COUNT(*) FROM EVENT_LOG")[0][0]
+
+
+def supervise(settings, tmp_path: Path, monkeypatch, drive, **options):
+    """Run a listener's Supervisor in this process (its workers are real
+    processes) with the recording plugin, while ``drive(record)`` acts in a
+    thread and ends the run with SIGTERM; returns the supervisor and the record."""
+    import threading
+
+    from subscriptions import listener
+    from subscriptions.options import ListenOptions
+
+    plugin = tmp_path / "recorder.py"
+    plugin.write_text(RECORDER)
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("RECORD_FILE", str(record))
+    supervisor = listener.Supervisor(ListenOptions(settings=settings, plugins=(str(plugin),), **options))
+
+    def run_drive() -> None:
+        try:
+            drive(supervisor, record)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    driver = threading.Thread(target=run_drive)
+    driver.start()
+    assert supervisor.run() == 0
+    driver.join()
+    return supervisor, record

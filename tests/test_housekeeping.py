@@ -4,17 +4,14 @@ events leaves behind, and never leaves the index inactive or writers blocked."""
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 import time
 
-from subscriptions import housekeeping
+from subscriptions import housekeeping, reaper
 from subscriptions.claims import Claimer, load_targets
 from subscriptions.db import Database
 
 from conftest import execute, query
-from listening import RECORDER, insert
+from listening import insert, supervise
 
 HISTORY = """
 EXECUTE BLOCK (SUB INTEGER = ?, N INTEGER = ?) AS
@@ -82,29 +79,17 @@ def test_rebuild_waits_while_the_log_is_long(items):
 
 def test_the_listener_rebuilds_after_enough_handled_events(items, tmp_path, monkeypatch, caplog):
     """The supervisor's housekeeping thread, in-process; its workers are real."""
-    from subscriptions import listener, reaper
-    from subscriptions.options import ListenOptions
-
-    plugin = tmp_path / "recorder.py"
-    plugin.write_text(RECORDER)
-    record = tmp_path / "record.jsonl"
-    monkeypatch.setenv("RECORD_FILE", str(record))
     monkeypatch.setattr(housekeeping, "REBUILD_EVERY", 20)
     monkeypatch.setattr(reaper, "REAP_INTERVAL", 0.3)
     caplog.set_level(logging.INFO, "subs.housekeeping")
-    supervisor = listener.Supervisor(ListenOptions(settings=items, plugins=(str(plugin),), poll=0.3, batch=5))
 
-    def drive() -> None:
+    def drive(supervisor, record) -> None:
         insert(items, 1, 30)
         deadline = time.monotonic() + 60
         while "rebuilt the claim index" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    assert supervisor.run() == 0
-    driver.join()
+    supervisor, _ = supervise(items, tmp_path, monkeypatch, drive, poll=0.3, batch=5)
     assert "rebuilt the claim index" in caplog.text
     assert supervisor.handled_since_rebuild < 20
     assert query(items, index_is_active()) == [(0,)]

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from subscriptions.errors import SubsError
 
 import fb3server
 from conftest import Subs, execute, query
-from listening import RECORDER, Listener, handled, insert, remaining
+from listening import Listener, handled, insert, remaining, supervise
 
 
 def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listeners):
@@ -232,18 +231,11 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
     """A worker stuck outside a handler (SIGSTOP stands in for a hung driver
     call) is killed by the supervisor and a new one takes over."""
     from subscriptions import listener
-    from subscriptions.options import ListenOptions
 
-    plugin = tmp_path / "recorder.py"
-    plugin.write_text(RECORDER)
-    record = tmp_path / "record.jsonl"
-    monkeypatch.setenv("RECORD_FILE", str(record))
     monkeypatch.setattr(listener, "STALL_MARGIN", 1.0)
-    options = ListenOptions(settings=items, plugins=(str(plugin),), poll=0.5, timeout=1.0)
-    supervisor = listener.Supervisor(options)
     replaced: list[int] = []
 
-    def drive() -> None:
+    def drive(supervisor, record) -> None:
         deadline = time.monotonic() + 60
         while not supervisor.workers and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -256,12 +248,8 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
         insert(items, 1, 1)
         while "done" not in (record.read_text() if record.exists() else "") and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
 
-    driver = threading.Thread(target=drive)
-    driver.start()
-    assert supervisor.run() == 0
-    driver.join()
+    _, record = supervise(items, tmp_path, monkeypatch, drive, poll=0.5, timeout=1.0)
     assert replaced and "made no progress" in caplog.text
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(line["key"], line["phase"], line["pid"]) for line in lines][-1] == (1, "done", replaced[0])
