@@ -140,7 +140,7 @@ class Claimer:
         cursor.execute(self._sql["ack"].format(event_ids=int(event_id)), (self.owner,))
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool) -> None:
-        params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), event_id, self.owner)
+        params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), int(dead), event_id, self.owner)
         self.db.run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
     def release(self, event_ids: Iterable[int]) -> int:

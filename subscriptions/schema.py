@@ -30,8 +30,11 @@ class Migration:
 MIGRATIONS = (
     Migration("schema_v1"),
     Migration("schema_v2", separate=("add_key_hash", "index_key_hash"), regenerate_triggers=True),
+    Migration("schema_v3", separate=("add_dead",)),
 )
 LATEST = len(MIGRATIONS)
+# Tries of a migration step that failed while a concurrent `subs init` ran.
+ATTEMPTS = 5
 
 
 def installed_version(db: Database) -> int:
@@ -81,26 +84,35 @@ def _migrate(db: Database, version: int, migration: Migration) -> None:
             subscribers.regenerate_triggers(db, cursor)
         cursor.execute(blocks["record_version"])
 
-    try:
-        with db.transaction() as cursor:
-            in_one_transaction(cursor)
-    except DatabaseError:
-        # A concurrent `subs init` may have installed this version first.
-        if installed_version(db) < version:
-            raise
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            with db.transaction() as cursor:
+                in_one_transaction(cursor)
+            return
+        except DatabaseError:
+            # A concurrent `subs init` may have installed this version first,
+            # or still be installing it (its new constraint names clash with
+            # ours before it commits): wait, then see again, on a fresh
+            # attachment, as this one may keep the old EVENT_SCHEMA_VERSION().
+            with Database(db.settings) as fresh:
+                if installed_version(fresh) >= version:
+                    return
+            if attempt == ATTEMPTS:
+                raise
+            time.sleep(0.1 * attempt)
 
 
-def _run_guarded(db: Database, statement: str, attempts: int = 5) -> None:
+def _run_guarded(db: Database, statement: str) -> None:
     """Run a block that checks whether its DDL is still needed. When a
     concurrent `subs init` committed the same DDL first, ours fails; run
     again, the check then finds it done."""
-    for attempt in range(1, attempts + 1):
+    for attempt in range(1, ATTEMPTS + 1):
         try:
             with db.transaction() as cursor:
                 cursor.execute(statement)
             return
         except DatabaseError:
-            if attempt == attempts:
+            if attempt == ATTEMPTS:
                 raise
             time.sleep(0.1 * attempt)
 

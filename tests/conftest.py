@@ -133,6 +133,13 @@ def query(settings: ConnectionSettings, sql: str, params: tuple = ()) -> list[tu
         return cursor.fetchall()
 
 
+def queue_index_segments(settings: ConnectionSettings) -> list[str]:
+    """The columns of the claim index, in order."""
+    return [name for (name,) in query(settings, """
+        SELECT TRIM(RDB$FIELD_NAME) FROM RDB$INDEX_SEGMENTS
+        WHERE RDB$INDEX_NAME = 'IX_EVENT_LOG_QUEUE' ORDER BY RDB$FIELD_POSITION""")]
+
+
 def state(settings: ConnectionSettings) -> tuple:
     """Everything a subs command may change, to prove that a refused one did not."""
     return (

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from subscriptions import schema
 from subscriptions.capture import row_expression
+from subscriptions.claims import Claimer, load_targets
 from subscriptions.db import Database
 from subscriptions.metadata import load_table
 
-from conftest import Subs, execute, query
+from conftest import Subs, execute, query, queue_index_segments
 
 TABLE = '"Bücher"'
 
@@ -52,3 +53,19 @@ def test_version_1_is_upgraded_with_its_triggers_and_events(empty_settings):
     assert hashes[0] == hashes[2], "the backfilled event and the new trigger's event of row 1 share a group"
     assert hashes[0] != hashes[1]
     assert "rec" in subs.ok("list")
+
+
+def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
+    install_version_1(empty_settings)
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=2)
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+    execute(empty_settings, "UPDATE EVENT_LOG SET DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID = 1")
+
+    assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 2 to {schema.LATEST}"
+    assert query(empty_settings, "SELECT EVENT_ID, DEAD FROM EVENT_LOG ORDER BY EVENT_ID") == [(1, True), (2, False)]
+    assert queue_index_segments(empty_settings) == ["SUB_ID", "DEAD", "EVENT_ID"]
+    with Database(empty_settings) as db:
+        (target, *_) = load_targets(db)
+        assert [e.id for e in Claimer(db, "test:1", 30).claim_head(target, 10)] == [2]
