@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,11 +22,22 @@ from . import queries
 from .capture import is_captured, key_capacity
 from .db import Database, first_line, is_conflict
 from .errors import SubsError
-from .identifiers import check_condition, check_tag, lookup_names, parse_actions, quote, split_names
+from .identifiers import (
+    ACTION_NAMES,
+    check_condition,
+    check_tag,
+    lookup_names,
+    parse_actions,
+    quote,
+    split_names,
+)
 from .metadata import Table, find_table, load_table
-from .triggers import TRIGGER_POSITION, Subscription, generate, trigger_name
+from .triggers import TRIGGER_POSITION, Subscription, generate, probe, trigger_name
 
 MAX_KEY_CHARS = 4000
+PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
+_COLUMN_UNKNOWN = 335544578  # engine status code (isc_dsql_field_err)
+_MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,7 @@ def add(
         table = load_table(cursor, table_typed)
         _check_key(table)
         columns = (
-            tuple(table.resolve_column(c) for c in split_names(columns_typed))
+            tuple(dict.fromkeys(table.resolve_column(c) for c in split_names(columns_typed)))
             if columns_typed is not None
             else ()
         )
@@ -192,15 +204,32 @@ def add(
             )
         if all(change.outcome == "unchanged" for change in changes):
             return changes, None
-        try:
-            _sync_trigger(db, cursor, table)
-        except DatabaseError as exc:
-            if condition is None or is_conflict(exc):
-                raise
-            raise SubsError(f"--when condition rejected by the database: {first_line(exc)}") from None
+        _check_when(cursor, table, [c.subscription for c in changes if c.outcome != "unchanged"])
+        _sync_trigger(db, cursor, table)
         return changes, table.name
 
     return _apply(db, work)
+
+
+def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription]) -> None:
+    """Let the database judge each condition for its own action (see
+    ``triggers.probe``), whatever else the table's trigger fires on; the probe
+    trigger is undone with its savepoint, so it never outlives the check."""
+    for subscription in subscriptions:
+        if not subscription.when:
+            continue
+        cursor.transaction.savepoint(PROBE_SAVEPOINT)
+        try:
+            cursor.execute(probe(table, subscription, f"SUBS_PROBE${secrets.token_hex(6).upper()}"))
+        except DatabaseError as exc:
+            if is_conflict(exc):
+                raise
+            action = subscription.action
+            hint = _MISSING_ROW[action] if _COLUMN_UNKNOWN in (exc.gds_codes or ()) else ""
+            raise SubsError(
+                f"--when condition rejected by the database for {ACTION_NAMES[action]}s: {first_line(exc)}{hint}"
+            ) from None
+        cursor.transaction.rollback(savepoint=PROBE_SAVEPOINT)
 
 
 def _check_key(table: Table) -> None:

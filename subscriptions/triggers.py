@@ -76,6 +76,13 @@ def _matched(subscription: Subscription) -> str:
     return f"matched_{int(subscription.sub_id)}"
 
 
+def _evaluate(condition: str) -> str:
+    """IIF makes the engine refuse a non-boolean condition when it compiles the
+    trigger (a plain assignment to a BOOLEAN would accept ``NEW.NAME`` and then
+    fail every write converting it), and turns NULL into FALSE: no event."""
+    return f"IIF({condition}, TRUE, FALSE)"
+
+
 def key_hash(subscription: Subscription) -> str:
     """The event's ordering group for ``--key-order``: table, tag and key.
     Must stay equal to ``backfill_key_hash`` in sql/schema_v2.sql."""
@@ -94,7 +101,7 @@ def _action_block(table: Table, action: str, subscriptions: list[Subscription]) 
     """Evaluate each condition once, capture the row once if anything matched,
     then log one event per matching subscription."""
     conditional = [s for s in subscriptions if _condition(s)]
-    lines = [f"{_matched(s)} = ({_condition(s)});" for s in conditional]
+    lines = [f"{_matched(s)} = {_evaluate(_condition(s))};" for s in conditional]
     capture = _capture(table, action)
     if len(conditional) == len(subscriptions):
         any_match = " OR ".join(f"{_matched(s)} IS TRUE" for s in conditional)
@@ -137,3 +144,21 @@ def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
         lines += _indent([f"IF ({_CONTEXT_FLAG[action]}) THEN", "BEGIN", *_indent(block), "END"])
     lines.append("END")
     return "\n".join(lines)
+
+
+def probe(table: Table, subscription: Subscription, name: str) -> str:
+    """An inactive trigger evaluating ``subscription``'s condition for its
+    action alone. In the table's trigger, which may fire on several actions,
+    the engine accepts NEW and OLD everywhere; in a trigger of one action it
+    refuses NEW for deletes and OLD for inserts, which have no such row."""
+    return "\n".join(
+        [
+            f"CREATE TRIGGER {quote(name)} FOR {quote(table.name)}",
+            f"INACTIVE AFTER {ACTION_NAMES[subscription.action].upper()} POSITION {TRIGGER_POSITION}",
+            "AS",
+            "DECLARE matched BOOLEAN;",
+            "BEGIN",
+            f"    matched = {_evaluate(_condition(subscription))};",
+            "END",
+        ]
+    )

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from click.testing import CliRunner
+from firebird.driver import DatabaseError
+
 from subscriptions import schema
+from subscriptions.cli import cli
 
 from conftest import Subs, assert_one_line_error, events, execute, query, state
 
@@ -21,6 +26,17 @@ def test_init_is_idempotent(empty_settings):
     assert subs.ok("init").strip() == f"schema is up to date (version {schema.LATEST})"
     assert state(empty_settings) == before
     assert query(empty_settings, "SELECT EVENT_SCHEMA_VERSION() FROM RDB$DATABASE") == [(schema.LATEST,)]
+
+
+def test_default_database_is_subs_fdb_in_the_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    unset = {name: None for name in ("SUBS_DATABASE", "SUBS_CONFIG", "ISC_USER", "ISC_PASSWORD")}
+    runner = CliRunner()
+    assert_one_line_error(runner.invoke(cli, ["list"], env=unset), "database subs.fdb does not exist")
+    result = runner.invoke(cli, ["init", "--create"], env=unset)
+    assert result.exit_code == 0 and "created database subs.fdb" in result.stdout, result.output
+    assert (tmp_path / "subs.fdb").is_file()
+    assert "no subscriptions" in runner.invoke(cli, ["list"], env=unset).stdout
 
 
 def test_commands_need_the_schema(empty_settings):
@@ -99,8 +115,40 @@ def test_when_condition_filters_changes(subs, settings):
         settings,
         "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)",
         "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Rust', 2015)",
+        "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Unknown', NULL)",  # NULL: no event
     )
     assert [e["new"]["NAME"] for e in events(settings)] == ["Rust"]
+
+
+def test_when_may_use_old_and_new_where_the_action_has_them(subs, settings):
+    """Updates see both rows; a NEW or OLD inside a string literal is data."""
+    execute(settings, LANGUAGES)
+    subs.ok("add", "languages", "U", "renamed", "--when", "NEW.NAME IS DISTINCT FROM OLD.NAME")
+    subs.ok("add", "languages", "D", "gone", "--when", "OLD.NAME <> 'NEW.NAME'")
+    subs.ok("add", "languages", "I", "new", "--when", "NEW.NAME <> 'OLD.NAME'")
+    execute(settings, "INSERT INTO LANGUAGES (NAME) VALUES ('Lisp')")
+    execute(settings, "UPDATE LANGUAGES SET YEAR_RELEASED = 1958")
+    execute(settings, "UPDATE LANGUAGES SET NAME = 'LISP'")
+    execute(settings, "DELETE FROM LANGUAGES")
+    assert [(e["tag"], e["action"]) for e in events(settings)] == [("new", "I"), ("renamed", "U"), ("gone", "D")]
+    triggers = "SELECT TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS WHERE RDB$SYSTEM_FLAG = 0"
+    assert query(settings, triggers) == [("SUBS$LANGUAGES",)]
+
+
+def test_when_failing_at_run_time_fails_the_write(subs, settings):
+    execute(settings, LANGUAGES)
+    subs.ok("add", "languages", "I", "odd", "--when", "NEW.YEAR_RELEASED / 0 = 1")
+    with pytest.raises(DatabaseError, match="divide by zero"):
+        execute(settings, "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)")
+    assert query(settings, "SELECT COUNT(*) FROM LANGUAGES") == [(0,)]
+
+
+def test_repeated_columns_are_watched_once(subs, settings):
+    execute(settings, LANGUAGES)
+    subs.ok("add", "languages", "U", "audit", "--columns", "NAME,year_released,name")
+    (row,) = json.loads(subs.ok("list", "--json"))
+    assert row["columns"] == ["NAME", "YEAR_RELEASED"]
+    assert "already subscribed" in subs.ok("add", "languages", "U", "audit", "--columns", "NAME,YEAR_RELEASED")
 
 
 def test_changing_options_updates_the_subscription(subs, settings):
@@ -130,6 +178,20 @@ def test_remove_keeps_pending_events_unless_purged(subs, settings):
     assert "2 event(s) purged" in output
     assert events(settings) == []
     assert query(settings, "SELECT COUNT(*) FROM EVENT_SUBSCRIBER") == [(0,)]
+
+
+def test_remove_after_the_table_was_dropped(subs, settings):
+    execute(settings, LANGUAGES)
+    subs.ok("add", "languages", "IU", "send_email")
+    execute(settings, "INSERT INTO LANGUAGES (NAME) VALUES ('Lisp')", "INSERT INTO LANGUAGES (NAME) VALUES ('Rust')")
+    execute(settings, "UPDATE LANGUAGES SET NAME = 'LISP' WHERE NAME = 'Lisp'")
+    execute(settings, "DROP TABLE LANGUAGES")
+    assert "removed: LANGUAGES I send_email; 2 event(s) kept" in subs.ok("remove", "languages", "I", "send_email")
+    assert "1 event(s) purged" in subs.ok("remove", "languages", "U", "send_email", "--purge")
+    listed = json.loads(subs.ok("list", "--json"))
+    assert [(row["action"], row["active"], row["pending"]) for row in listed] == [("I", False, 2)]
+    assert [e["new"]["NAME"] for e in events(settings)] == ["Lisp", "Rust"]
+    assert query(settings, "SELECT COUNT(*) FROM RDB$TRIGGERS WHERE RDB$SYSTEM_FLAG = 0") == [(0,)]
 
 
 def test_trigger_follows_subscriptions(subs, settings):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from subscriptions.metadata import Column, Table
-from subscriptions.triggers import Subscription, event_name, generate, trigger_name
+from subscriptions.triggers import Subscription, event_name, generate, probe, trigger_name
 
 TABLE = Table(
     "ORDERS",
@@ -34,8 +34,8 @@ def test_conditions_are_evaluated_once_and_gate_the_capture():
         Subscription(8, "ORDERS", "U", "b", when="NEW.ID > 10"),
     ]
     text = generate(TABLE, subscriptions, "T")
-    assert 'matched_7 = ((NEW."NOTE" IS DISTINCT FROM OLD."NOTE"));' in text
-    assert "matched_8 = ((NEW.ID > 10));" in text
+    assert 'matched_7 = IIF((NEW."NOTE" IS DISTINCT FROM OLD."NOTE"), TRUE, FALSE);' in text
+    assert "matched_8 = IIF((NEW.ID > 10), TRUE, FALSE);" in text
     assert "IF (matched_7 IS TRUE OR matched_8 IS TRUE) THEN" in text
     assert text.count("pk_key = ") == 1
 
@@ -43,6 +43,12 @@ def test_conditions_are_evaluated_once_and_gate_the_capture():
 def test_columns_only_filter_updates():
     text = generate(TABLE, [Subscription(1, "ORDERS", "I", "a", columns=("NOTE",))], "T")
     assert "matched_" not in text and "IS DISTINCT FROM" not in text
+
+
+def test_probe_compiles_one_condition_for_its_action_alone():
+    text = probe(TABLE, Subscription(3, "ORDERS", "D", "a", when="OLD.ID > 1"), "P")
+    assert text.splitlines()[:2] == ['CREATE TRIGGER "P" FOR "ORDERS"', "INACTIVE AFTER DELETE POSITION 32000"]
+    assert "matched = IIF((OLD.ID > 1), TRUE, FALSE);" in text
 
 
 def test_identifiers_are_quoted_and_literals_escaped():
