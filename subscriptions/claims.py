@@ -78,9 +78,13 @@ class Claimer:
             statement = self._prepared[sql] = cursor.prepare(sql)
         cursor.execute(statement, params)
 
-    def _events(self, rows: list[tuple], targets: dict[int, Target]) -> list[Event]:
+    def _events(self, cursor: Cursor, event_ids: list[int], targets: dict[int, Target]) -> list[Event]:
+        """The claimed events, read in the claim's transaction."""
+        if not event_ids:
+            return []
+        cursor.execute(self._sql["claimed_events"].format(event_ids=", ".join(map(str, event_ids))))
         events = []
-        for event_id, sub_id, pk_key, old, new, created_at, attempts in rows:
+        for event_id, sub_id, pk_key, old, long_old, new, long_new, created_at, attempts in cursor.fetchall():
             target = targets[sub_id]
             events.append(
                 Event(
@@ -89,8 +93,8 @@ class Claimer:
                     action=target.action,
                     tag=target.tag,
                     pk=decode(pk_key) or {},
-                    old=decode(read_text(old)),
-                    new=decode(read_text(new)),
+                    old=decode(old if long_old is None else read_text(long_old)),
+                    new=decode(new if long_new is None else read_text(long_new)),
                     attempt=attempts,
                     created_at=created_at,
                     subscription_id=sub_id,
@@ -102,7 +106,7 @@ class Claimer:
         try:
             with self.db.transaction(nowait_tpb()) as cursor:
                 self._execute(cursor, sql, params)
-                return self._events(cursor.fetchall(), targets)
+                return self._events(cursor, [event_id for (event_id,) in cursor.fetchall()], targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
             # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
