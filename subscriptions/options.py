@@ -18,7 +18,7 @@ class ListenOptions:
     mode: str = ORDERED
     workers: int = 1
     key_order: bool = False
-    batch: int = 1
+    batch: int | None = None  # None: sized by handler times (batching.py)
     tags: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     handler_config: dict = field(default_factory=dict)

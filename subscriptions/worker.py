@@ -33,6 +33,7 @@ from multiprocessing.queues import Queue
 from firebird.driver import DatabaseError
 
 from . import logs, reaper
+from .batching import BatchSize
 from .claims import Claimer, Target, load_targets
 from .db import Database, first_line, is_connection_lost
 from .errors import SubsError
@@ -51,6 +52,7 @@ _WAIT_SLICE = 0.5
 _TEARDOWN_TIMEOUT = 5.0
 REGISTER_TIMEOUT = 10.0
 REGISTER_RETRY = 300.0
+CONFLICT_PAUSE = 0.05
 
 
 class HandlerTimeout(Exception):
@@ -78,6 +80,7 @@ class Worker:
         self.collector = None
         self.targets: dict[int, Target] = {}
         self.metrics = Metrics()
+        self.batch = BatchSize(options.batch)
         self.odd_returns: set[str] = set()
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
@@ -256,23 +259,31 @@ class Worker:
                 self._disconnect()
 
     def _drain(self) -> bool:
-        """Handle everything claimable now; True if anything was claimed."""
+        """Handle everything claimable now; True if anything was claimed. A
+        claim that met a conflict claimed nothing but proves nothing either
+        (other claimers were busy at the same rows): try again shortly,
+        rather than wait for the next wake-up or, with --drain, leave early."""
         worked = False
         while not self.stop.is_set() and self.targets:
             self._stamp()
+            conflicts = self.claimer.conflicts
             if self.options.mode == ORDERED:
                 claimed = False
                 for target in list(self.targets.values()):
                     if self.stop.is_set():
                         break
-                    events = self.claimer.claim_head(target, self.options.batch)
+                    events = self.claimer.claim_head(target, self.batch.size([target.tag]))
                     claimed = claimed or bool(events)
                     self._handle_in_order(events)
             else:
-                events = self.claimer.claim(self.targets, self.options.batch)
+                tags = {target.tag for target in self.targets.values()}
+                events = self.claimer.claim(self.targets, self.batch.size(tags))
                 claimed = bool(events)
                 self._handle_batch(events)
             self._flush_reports()
+            if not claimed and self.claimer.conflicts != conflicts:
+                self.stop.wait(CONFLICT_PAUSE)
+                continue
             if not claimed:
                 return worked
             worked = True
@@ -425,6 +436,7 @@ class Worker:
 
     def _observe(self, tag: str, outcome: str, seconds: float) -> None:
         self.metrics.observe(tag, outcome, seconds)
+        self.batch.observe(tag, seconds)
 
     def _flush_reports(self) -> None:
         """Send the supervisor what was counted since the last report."""

@@ -23,6 +23,7 @@ CASES = {
     "no workers": (["listen", "--workers", "0"], "Invalid value for '--workers'", USAGE),
     "negative lease": (["listen", "--lease", "-5"], "Invalid value for '--lease'", USAGE),
     "zero batch": (["listen", "--batch", "0"], "Invalid value for '--batch'", USAGE),
+    "batch neither auto nor a number": (["listen", "--batch", "many"], "'many' is neither 'auto'", USAGE),
     "zero poll": (["listen", "--poll", "0"], "Invalid value for '--poll'", USAGE),
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
     "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),

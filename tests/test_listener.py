@@ -19,11 +19,12 @@ from conftest import Subs, execute, query
 from listening import Listener, handled, insert, remaining, supervise
 
 
-def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listeners):
+@pytest.mark.parametrize("batch", ["7", "auto"])
+def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listeners, batch):
     insert(items, 1, 30)
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID <= 10")
     execute(items, "DELETE FROM ITEMS WHERE ID <= 5")
-    listener = Listener(items, tmp_path, "--drain", "--batch", "7")
+    listener = Listener(items, tmp_path, "--drain", "--batch", batch)
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     ids = handled(listener.lines())
@@ -34,9 +35,10 @@ def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listene
     assert remaining(items) == 0
 
 
-def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, listeners):
+@pytest.mark.parametrize("batch", ["5", "auto"])
+def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, listeners, batch):
     insert(items, 1, 300)
-    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--batch", "5")
+    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--batch", batch)
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     ids = handled(listener.lines())

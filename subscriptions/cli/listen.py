@@ -21,6 +21,24 @@ from . import app, cli
 
 PLUGINS_ENV = "SUBS_PLUGINS"
 _POSITIVE = click.FloatRange(min=0, min_open=True)
+AUTO = "auto"
+
+
+class BatchSizeType(click.ParamType):
+    """``auto`` (None: sized by handler times) or a whole number >= 1."""
+
+    name = "N|auto"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or value == AUTO:
+            return None
+        try:
+            size = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            size = 0
+        if size < 1:
+            self.fail(f"{value!r} is neither '{AUTO}' nor a whole number >= 1", param, ctx)
+        return size
 
 
 def _plugins(given: tuple[str, ...]) -> tuple[str, ...]:
@@ -50,8 +68,9 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
 @click.option("--key-order", is_flag=True,
               help="With --mode parallel: events of one row (table, tag, primary key) in log order.")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Events claimed and acknowledged per transaction.")
+@click.option("--batch", type=BatchSizeType(), default=AUTO, show_default=True,
+              help="Events claimed and acknowledged per transaction; auto: about 100 ms of "
+                   "handler time, at most 100.")
 @click.option("--tag", "tags", multiple=True, help="Only handle these tags (repeatable).")
 @click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
               help=f"Load a handler plugin (repeatable). Env: {PLUGINS_ENV} (separated by '{os.pathsep}').")
