@@ -110,7 +110,8 @@ BEGIN
 END;
 
 -- name: claimed_events
--- What handlers get of the events just claimed ({event_ids}). Values of up to
+-- What handlers get of the events just claimed: {slots} is a list of
+-- parameter markers, so the statement is prepared once per size. Values of up to
 -- 8,000 characters come as VARCHAR, longer ones as BLOB: reading a BLOB takes
 -- several calls per value, which with quick handlers cost more than the claim.
 SELECT EVENT_ID, SUB_ID, PK_KEY,
@@ -120,10 +121,10 @@ SELECT EVENT_ID, SUB_ID, PK_KEY,
        IIF(CHAR_LENGTH(NEW_VALUES) > 8000, NEW_VALUES, NULL),
        CREATED_AT, ATTEMPTS
 FROM EVENT_LOG
-WHERE EVENT_ID IN ({event_ids})
+WHERE EVENT_ID IN ({slots})
 ORDER BY EVENT_ID;
 
--- ack, release and extend act on a batch: {event_ids} is a list of integer
+-- ack, release and extend act on a batch: event_ids is a list of integer
 -- event ids, and only rows this owner still holds are touched.
 
 -- name: ack

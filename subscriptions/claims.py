@@ -32,6 +32,9 @@ NO_CURRENT_RECORD = 335544348
 SETTLE_CHUNK = 500
 # Prepared claim statements kept per attachment (one per set of targets seen).
 MAX_PREPARED = 32
+# Sizes of the prepared reads of claimed events: a batch is read with the
+# smallest that holds it (the ids padded with repeats), larger ones in chunks.
+READ_SLOTS = (1, 10, 100)
 
 
 @dataclass(frozen=True)
@@ -80,11 +83,15 @@ class Claimer:
 
     def _events(self, cursor: Cursor, event_ids: list[int], targets: dict[int, Target]) -> list[Event]:
         """The claimed events, read in the claim's transaction."""
-        if not event_ids:
-            return []
-        cursor.execute(self._sql["claimed_events"].format(event_ids=", ".join(map(str, event_ids))))
+        rows: list[tuple] = []
+        for start in range(0, len(event_ids), READ_SLOTS[-1]):
+            chunk = event_ids[start : start + READ_SLOTS[-1]]
+            slots = next(size for size in READ_SLOTS if size >= len(chunk))
+            sql = self._sql["claimed_events"].format(slots=", ".join("?" * slots))
+            self._execute(cursor, sql, (*chunk, *[chunk[-1]] * (slots - len(chunk))))
+            rows += cursor.fetchall()
         events = []
-        for event_id, sub_id, pk_key, old, long_old, new, long_new, created_at, attempts in cursor.fetchall():
+        for event_id, sub_id, pk_key, old, long_old, new, long_new, created_at, attempts in rows:
             target = targets[sub_id]
             events.append(
                 Event(

@@ -10,6 +10,8 @@ from decimal import Decimal
 import pytest
 
 from subscriptions.capture import decode
+from subscriptions.claims import Claimer, load_targets
+from subscriptions.db import Database
 
 from conftest import Subs, events, execute, query
 
@@ -122,6 +124,15 @@ def test_values_round_trip_with_types(settings, engine):
     assert [e["pk"] for e in (inserted, updated, deleted)] == [{"ID": 1}] * 3
 
 
+def test_booleans_round_trip(settings):
+    execute(settings, "CREATE TABLE FLAGS (ID INTEGER NOT NULL PRIMARY KEY, FLAG BOOLEAN)")
+    Subs(settings).ok("add", "flags", "I", "audit")
+    execute(settings, "INSERT INTO FLAGS VALUES (1, TRUE)", "INSERT INTO FLAGS VALUES (2, FALSE)",
+            "INSERT INTO FLAGS VALUES (3, NULL)")
+    flags = [e["new"]["FLAG"] for e in events(settings)]
+    assert flags == [True, False, None] and [type(f) for f in flags] == [bool, bool, type(None)]
+
+
 def test_composite_varchar_and_bigint_keys(settings):
     execute(
         settings,
@@ -187,6 +198,44 @@ def test_wide_rows_are_captured_as_blobs(settings):
     execute(settings, f"INSERT INTO WIDE (ID, {', '.join(names)}) VALUES (1, {marks})", params=values)
     (event,) = events(settings)
     assert event["new"]["C11"] == "é" * 1000 and len(event["new"]) == 13
+
+
+def test_claims_hand_over_short_and_long_values_alike(settings):
+    """Claims read values of up to 8,000 characters as VARCHAR and longer ones
+    as BLOB; handlers get the same either way, in both claim modes."""
+    names = [f"C{i}" for i in range(12)]
+    columns = ", ".join(f"{name} VARCHAR(1000)" for name in names)
+    execute(settings, f"CREATE TABLE WIDE (ID INTEGER NOT NULL PRIMARY KEY, {columns})")
+    Subs(settings).ok("add", "wide", "IU", "t")
+    marks = ", ".join("?" * len(names))
+    execute(settings, f"INSERT INTO WIDE (ID, {', '.join(names)}) VALUES (1, {marks})", params=("é" * 1000,) * 12)
+    execute(settings, f"INSERT INTO WIDE (ID, {', '.join(names)}) VALUES (2, {marks})", params=("a'\\",) * 12)
+    execute(settings, "UPDATE WIDE SET C0 = 'x' WHERE ID = 1")
+    logged = [(e["pk"], e["old"], e["new"]) for e in events(settings)]
+    assert len(logged) == 3 and len(logged[0][2]["C11"]) == 1000
+    with Database(settings) as db:
+        claimer = Claimer(db, "test:1", 30)
+        targets = {t.sub_id: t for t in load_targets(db)}
+        claimed = claimer.claim(targets, 10)
+        assert [(e.pk, e.old, e.new) for e in claimed] == logged
+        claimer.release(e.id for e in claimed)
+        in_order = [e for target in targets.values() for e in claimer.claim_head(target, 10)]
+        assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [
+            (e.id, e.pk, e.old, e.new) for e in claimed]
+
+
+def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
+    execute(settings, "CREATE TABLE MANY (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(settings).ok("add", "many", "I", "t")
+    execute(settings, "EXECUTE BLOCK AS DECLARE I INTEGER = 1; BEGIN WHILE (I <= 250) DO "
+                      "BEGIN INSERT INTO MANY VALUES (:I); I = I + 1; END END")
+    with Database(settings) as db:
+        claimer = Claimer(db, "test:1", 30)
+        (target,) = load_targets(db)
+        claimed = claimer.claim({target.sub_id: target}, 250)
+        assert [e.pk["ID"] for e in claimed] == list(range(1, 251))
+        claimer.release(e.id for e in claimed)
+        assert [e.pk["ID"] for e in claimer.claim_head(target, 203)] == list(range(1, 204))
 
 
 @pytest.mark.parametrize(
