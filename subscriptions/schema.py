@@ -91,8 +91,8 @@ def _migrate(db: Database, version: int, migration: Migration) -> None:
             return
         except DatabaseError:
             # A concurrent `subs init` may have installed this version first,
-            # or still be installing it (its new constraint names clash with
-            # ours before it commits): wait, then see again, on a fresh
+            # or still be installing it (its new objects clash with ours
+            # before it commits): wait, then see again, on a fresh
             # attachment, as this one may keep the old EVENT_SCHEMA_VERSION().
             with Database(db.settings) as fresh:
                 if installed_version(fresh) >= version:
