@@ -69,6 +69,9 @@ class Claimer:
         self.conflicts = 0
         self._sql = queries.load("claims")
         self._prepared: dict[str, Statement] = {}
+        self._read_claimed = {
+            slots: self._sql["claimed_events"].format(slots=", ".join("?" * slots)) for slots in READ_SLOTS
+        }
 
     def _execute(self, cursor: Cursor, sql: str, params: tuple) -> None:
         """Execute ``sql`` prepared once per attachment rather than per call."""
@@ -87,8 +90,7 @@ class Claimer:
         for start in range(0, len(event_ids), READ_SLOTS[-1]):
             chunk = event_ids[start : start + READ_SLOTS[-1]]
             slots = next(size for size in READ_SLOTS if size >= len(chunk))
-            sql = self._sql["claimed_events"].format(slots=", ".join("?" * slots))
-            self._execute(cursor, sql, (*chunk, *[chunk[-1]] * (slots - len(chunk))))
+            self._execute(cursor, self._read_claimed[slots], (*chunk, *[chunk[-1]] * (slots - len(chunk))))
             rows += cursor.fetchall()
         events = []
         for event_id, sub_id, pk_key, old, long_old, new, long_new, created_at, attempts in rows:
