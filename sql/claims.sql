@@ -1,8 +1,31 @@
 -- Claiming events. A claim sets CLAIMED_BY and a lease (CLAIM_EXPIRES_AT) and
 -- counts the attempt; a claim whose lease ran out (crashed worker) is
 -- claimable again. {sub_ids} is a list of integer subscription ids;
--- {key_order} is empty or the block key_order below. A claim returns event
--- ids only; claimed_events then reads them in the same transaction.
+-- {key_order} is empty or the block key_order below. A claim returns what
+-- handlers get of each event it claimed (the blocks claimed_columns,
+-- claimed_outputs and claimed_variables, filled in by claims.py), so a
+-- batch takes one statement.
+
+-- name: claimed_columns
+-- Values of up to 8,000 characters come as VARCHAR, longer ones as BLOB:
+-- reading a BLOB takes several client calls per value, which with quick
+-- handlers cost more than the claim itself.
+EVENT_ID, SUB_ID, PK_KEY,
+IIF(CHAR_LENGTH(OLD_VALUES) <= 8000, CAST(OLD_VALUES AS VARCHAR(8000) CHARACTER SET UTF8), NULL),
+IIF(CHAR_LENGTH(OLD_VALUES) > 8000, OLD_VALUES, NULL),
+IIF(CHAR_LENGTH(NEW_VALUES) <= 8000, CAST(NEW_VALUES AS VARCHAR(8000) CHARACTER SET UTF8), NULL),
+IIF(CHAR_LENGTH(NEW_VALUES) > 8000, NEW_VALUES, NULL),
+CREATED_AT, ATTEMPTS
+
+-- name: claimed_outputs
+-- claimed_columns as the output parameters of a PSQL block.
+EVENT_ID BIGINT, SUB_ID INTEGER, PK_KEY VARCHAR(4000) CHARACTER SET UTF8,
+OLD_TEXT VARCHAR(8000) CHARACTER SET UTF8, OLD_BLOB BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+NEW_TEXT VARCHAR(8000) CHARACTER SET UTF8, NEW_BLOB BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+CREATED_AT TIMESTAMP, ATTEMPTS INTEGER
+
+-- name: claimed_variables
+:EVENT_ID, :SUB_ID, :PK_KEY, :OLD_TEXT, :OLD_BLOB, :NEW_TEXT, :NEW_BLOB, :CREATED_AT, :ATTEMPTS
 
 -- name: key_order
 -- --key-order: an event waits while an earlier event of its group (table, tag,
@@ -27,14 +50,14 @@ WHERE SUB_ID IN ({sub_ids})
 ORDER BY EVENT_ID
 ROWS ?
 SKIP LOCKED
-RETURNING EVENT_ID;
+RETURNING {claimed_columns};
 
 -- name: claim_fallback
 -- Firebird 3/4 (no SKIP LOCKED): try each candidate in a NO WAIT transaction
 -- and pass over the ones another claimer holds, catching the conflict per
 -- row, so claimers never see a lock conflict.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?)
-RETURNS (EVENT_ID BIGINT)
+RETURNS ({claimed_outputs})
 AS
 DECLARE CANDIDATE BIGINT;
 DECLARE CLAIMED INTEGER = 0;
@@ -58,7 +81,8 @@ BEGIN
             WHERE EVENT_ID = :CANDIDATE
               AND DEAD = FALSE
               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            RETURNING EVENT_ID INTO :EVENT_ID;
+            RETURNING {claimed_columns}
+            INTO {claimed_variables};
             WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK DO
                 EVENT_ID = NULL;
         END
@@ -77,7 +101,7 @@ END;
 -- its retry), so nothing is ever handled before an earlier event.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
                THE_SUB INTEGER = ?)
-RETURNS (EVENT_ID BIGINT)
+RETURNS ({claimed_outputs})
 AS
 DECLARE CANDIDATE BIGINT;
 DECLARE AVAILABLE BOOLEAN;
@@ -100,7 +124,8 @@ BEGIN
                 ATTEMPTS = ATTEMPTS + 1
             WHERE EVENT_ID = :CANDIDATE
               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            RETURNING EVENT_ID INTO :EVENT_ID;
+            RETURNING {claimed_columns}
+            INTO {claimed_variables};
             WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK DO
                 EVENT_ID = NULL;
         END
@@ -108,21 +133,6 @@ BEGIN
         SUSPEND;
     END
 END;
-
--- name: claimed_events
--- What handlers get of the events just claimed: {slots} is a list of
--- parameter markers, so the statement is prepared once per size. Values of up to
--- 8,000 characters come as VARCHAR, longer ones as BLOB: reading a BLOB takes
--- several calls per value, which with quick handlers cost more than the claim.
-SELECT EVENT_ID, SUB_ID, PK_KEY,
-       IIF(CHAR_LENGTH(OLD_VALUES) <= 8000, CAST(OLD_VALUES AS VARCHAR(8000) CHARACTER SET UTF8), NULL),
-       IIF(CHAR_LENGTH(OLD_VALUES) > 8000, OLD_VALUES, NULL),
-       IIF(CHAR_LENGTH(NEW_VALUES) <= 8000, CAST(NEW_VALUES AS VARCHAR(8000) CHARACTER SET UTF8), NULL),
-       IIF(CHAR_LENGTH(NEW_VALUES) > 8000, NEW_VALUES, NULL),
-       CREATED_AT, ATTEMPTS
-FROM EVENT_LOG
-WHERE EVENT_ID IN ({slots})
-ORDER BY EVENT_ID;
 
 -- ack, release and extend act on a batch: event_ids is a list of integer
 -- event ids, and only rows this owner still holds are touched.

@@ -9,9 +9,10 @@ Two claim strategies, chosen by engine version:
   a lock conflict either.
 
 Every claim is a short READ COMMITTED NO WAIT transaction of its own; handlers
-never run inside it. Statements are prepared once per attachment and a batch
-is settled with one statement: with a no-op handler, preparing and executing
-per event cost more than the engine's work.
+never run inside it. A claim is one statement that returns the claimed events
+themselves; it is prepared once per attachment, and a batch is settled with
+one statement: with a no-op handler, preparing and executing per event cost
+more than the engine's work.
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ NO_CURRENT_RECORD = 335544348
 SETTLE_CHUNK = 500
 # Prepared claim statements kept per attachment (one per set of targets seen).
 MAX_PREPARED = 32
-# Sizes of the prepared reads of claimed events: a batch is read with the
-# smallest that holds it (the ids padded with repeats), larger ones in chunks.
-READ_SLOTS = (1, 10, 100)
 
 
 @dataclass(frozen=True)
@@ -69,9 +67,17 @@ class Claimer:
         self.conflicts = 0
         self._sql = queries.load("claims")
         self._prepared: dict[str, Statement] = {}
-        self._read_claimed = {
-            slots: self._sql["claimed_events"].format(slots=", ".join("?" * slots)) for slots in READ_SLOTS
-        }
+        self._claim_head = self._claim_sql("claim_head")
+
+    def _claim_sql(self, name: str, **fields: str) -> str:
+        """Claim statement ``name`` with the claimed columns filled in."""
+        sql = self._sql
+        return sql[name].format(
+            claimed_columns=sql["claimed_columns"],
+            claimed_outputs=sql["claimed_outputs"],
+            claimed_variables=sql["claimed_variables"],
+            **fields,
+        )
 
     def _execute(self, cursor: Cursor, sql: str, params: tuple) -> None:
         """Execute ``sql`` prepared once per attachment rather than per call."""
@@ -84,14 +90,9 @@ class Claimer:
             statement = self._prepared[sql] = cursor.prepare(sql)
         cursor.execute(statement, params)
 
-    def _events(self, cursor: Cursor, event_ids: list[int], targets: dict[int, Target]) -> list[Event]:
-        """The claimed events, read in the claim's transaction."""
-        rows: list[tuple] = []
-        for start in range(0, len(event_ids), READ_SLOTS[-1]):
-            chunk = event_ids[start : start + READ_SLOTS[-1]]
-            slots = next(size for size in READ_SLOTS if size >= len(chunk))
-            self._execute(cursor, self._read_claimed[slots], (*chunk, *[chunk[-1]] * (slots - len(chunk))))
-            rows += cursor.fetchall()
+    @staticmethod
+    def _events(rows: list[tuple], targets: dict[int, Target]) -> list[Event]:
+        """Claimed rows (the columns of claimed_columns) as events."""
         events = []
         for event_id, sub_id, pk_key, old, long_old, new, long_new, created_at, attempts in rows:
             target = targets[sub_id]
@@ -115,7 +116,8 @@ class Claimer:
         try:
             with self.db.transaction(nowait_tpb()) as cursor:
                 self._execute(cursor, sql, params)
-                return self._events(cursor, [event_id for (event_id,) in cursor.fetchall()], targets)
+                # BLOB values are read before the transaction ends.
+                return self._events(cursor.fetchall(), targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
             # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
@@ -133,13 +135,13 @@ class Claimer:
         sub_ids = ", ".join(str(int(sub_id)) for sub_id in targets)
         name = "claim_skip_locked" if self.skip_locked else "claim_fallback"
         key_order = self._sql["key_order"] if self.key_order else ""
-        sql = self._sql[name].format(sub_ids=sub_ids, key_order=key_order)
+        sql = self._claim_sql(name, sub_ids=sub_ids, key_order=key_order)
         return self._claim(sql, (self.owner, self.lease_ms, limit), targets)
 
     def claim_head(self, target: Target, limit: int) -> list[Event]:
         """The first events of one subscription, if the first one is available."""
         params = (self.owner, self.lease_ms, limit, target.sub_id)
-        return self._claim(self._sql["claim_head"], params, {target.sub_id: target})
+        return self._claim(self._claim_head, params, {target.sub_id: target})
 
     def ack(self, event_ids: Sequence[int]) -> int:
         """Delete handled events we still own; returns how many we did.
