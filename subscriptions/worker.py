@@ -7,9 +7,9 @@ shows up as an error in the next drain (at the latest after one poll interval);
 the worker then exits with EXIT_RESTART without touching the dead handles and
 the supervisor starts a fresh one at once, which connects with backoff.
 
-Handlers run in a helper thread so that one that hangs can be cut off after
-``--timeout``: the attempt is recorded as failed and the worker exits (the
-supervisor starts a new one), since a Python thread cannot be killed.
+Handlers run on a helper thread (handler_thread.py) so that one that hangs
+can be cut off after ``--timeout``: the attempt is recorded as failed and the
+worker exits (the supervisor starts a new one).
 
 The loop stamps ``progress`` (shared with the supervisor) as it goes; a worker
 stuck anywhere else, say in a driver call on a dead connection, stops
@@ -18,15 +18,12 @@ stamping and the supervisor replaces it.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import os
-import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from ctypes import c_double
 from multiprocessing.queues import Queue
 
@@ -38,9 +35,10 @@ from .claims import Claimer, Target, load_targets
 from .db import Database, first_line, is_connection_lost
 from .errors import SubsError
 from .events import Event
+from .handler_thread import HandlerThread, HandlerTimeout, Outcome
 from .metrics import Metrics
 from .options import ORDERED, ListenOptions
-from .plugins import Handler, collect_handlers, plugin_manager
+from .plugins import collect_handlers, plugin_manager
 from .triggers import event_name
 
 log = logging.getLogger("subs.worker")
@@ -53,10 +51,6 @@ _TEARDOWN_TIMEOUT = 5.0
 REGISTER_TIMEOUT = 10.0
 REGISTER_RETRY = 300.0
 CONFLICT_PAUSE = 0.05
-
-
-class HandlerTimeout(Exception):
-    pass
 
 
 class Worker:
@@ -81,13 +75,10 @@ class Worker:
         self.targets: dict[int, Target] = {}
         self.metrics = Metrics()
         self.batch = BatchSize(options.batch)
-        self.odd_returns: set[str] = set()
+        self.handler_thread = HandlerThread(self.stop, options.timeout)
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
         self.register_after = 0.0
-        self.handler_thread: threading.Thread | None = None
-        self.calls: queue.SimpleQueue[tuple[Callable[[Event], object], Event]] = queue.SimpleQueue()
-        self.results: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -302,103 +293,116 @@ class Worker:
         """Deliver claimed events; acknowledge the handled ones together and give
         back the ones not started (on stop, a timeout or, in order, a failure)."""
         done: list[int] = []
-        started = 0
+        attempted: list[int] = []
         with self.in_flight_lock:
             self.in_flight.update(e.id for e in events)
         try:
-            for event in events:
-                if self.stop.is_set():
-                    break
-                started += 1
-                if not self._deliver(event, done) and stop_on_failure:
+            for run in self._runs(events):
+                if self.stop.is_set() or not self._deliver(run, done, attempted, stop_on_failure):
                     break
         finally:
             try:
                 with self.settle_lock:
                     self.claimer.ack(done)
-                    self.claimer.release(e.id for e in events[started:])
+                    self.claimer.release(e.id for e in events[len(attempted) :])
             finally:
                 # Also when settling failed: the heartbeat would otherwise renew
                 # these leases for ever and the events would never come back.
                 with self.in_flight_lock:
                     self.in_flight.difference_update(e.id for e in events)
 
-    def _deliver(self, event: Event, done: list[int]) -> bool:
-        """Run the handler; on success the event id goes to ``done`` (acknowledged
-        with its batch) unless the handler is transactional (acknowledged with it)."""
-        handler = self.handlers[event.tag]
-        self._stamp()
-        started = time.monotonic()
-        try:
-            if handler.transactional:
-                self._run_transactional(handler, event)
+    def _runs(self, events: list[Event]) -> Iterator[list[Event]]:
+        """The batch in runs handed to the handler thread at once: a
+        transactional handler's event alone (its transaction is this thread's),
+        consecutive others together."""
+        run: list[Event] = []
+        for event in events:
+            if self.handlers[event.tag].transactional:
+                if run:
+                    yield run
+                    run = []
+                yield [event]
             else:
-                self._run(handler.function, event)
+                run.append(event)
+        if run:
+            yield run
+
+    def _deliver(self, run: list[Event], done: list[int], attempted: list[int], stop_on_failure: bool) -> bool:
+        """Run the handlers of ``run``; each event whose attempt happened goes to
+        ``attempted``, a handled one also to ``done`` (acknowledged with its
+        batch) unless its handler is transactional (acknowledged with it).
+        False if the batch is to go no further."""
+        if self.handlers[run[0].tag].transactional:
+            return self._deliver_transactional(run[0], attempted)
+        self.handler_thread.start([(self.handlers[e.tag].function, e) for e in run], stop_on_failure=stop_on_failure)
+        carry_on = True
+        for event in run:
+            try:
+                outcome = self._outcome(event, attempted)
+            except HandlerTimeout:
+                self._failed(event, None)
+                raise
+            if outcome is None:
+                carry_on = False
+            elif outcome.error is None:
                 done.append(event.id)
-            self._observe(event.tag, "handled", time.monotonic() - started)
-            return True
-        except HandlerTimeout:
-            self._failed(event, f"timed out after {self.options.timeout:g}s", started)
-            self.stop.set()
-            raise
-        except Exception as exc:
-            self._failed(event, f"{type(exc).__name__}: {exc}", started)
-            return False
-
-    def _run(self, function: Callable[[Event], object], event: Event) -> None:
-        """Call the handler on the handler thread, bounded by --timeout. One
-        long-lived thread per worker: starting a thread per event costs more
-        than a quick handler. After a timeout the thread is left to its hung
-        handler and the worker exits (HandlerTimeout), so no late result is
-        ever taken for the next event's."""
-        if self.handler_thread is None:
-            self.handler_thread = threading.Thread(target=self._handler_loop, name="handler", daemon=True)
-            self.handler_thread.start()
-        self.calls.put((function, event))
-        try:
-            error = self.results.get(timeout=self.options.timeout)
-        except queue.Empty:
-            raise HandlerTimeout() from None
-        if error is not None:
-            raise error
-
-    def _handler_loop(self) -> None:
-        """Run handlers handed over by _run; an ``async def`` handler is run to
-        completion; any other return value is ignored (only raising fails an
-        attempt), which is worth a warning once per tag."""
-        while True:
-            function, event = self.calls.get()
-            try:
-                result = function(event)
-                if inspect.iscoroutine(result):
-                    result = asyncio.run(result)
-                if result is not None and event.tag not in self.odd_returns:
-                    self.odd_returns.add(event.tag)
-                    log.warning(
-                        "handler for %s returned %.40r; return values are ignored: raise to fail an attempt",
-                        event.tag, result,
-                    )
-            except BaseException as exc:  # handed to the worker thread
-                self.results.put(exc)
+                self._observe(event.tag, "handled", outcome.seconds)
             else:
-                self.results.put(None)
+                self._failed(event, outcome)
+                carry_on = carry_on and not stop_on_failure
+        return carry_on
 
-    def _run_transactional(self, handler: Handler, event: Event) -> None:
+    def _deliver_transactional(self, event: Event, attempted: list[int]) -> bool:
         """The handler's writes and the acknowledgement commit together."""
-        with self.db.transaction() as cursor:
-            event.cursor = cursor
-            try:
-                self._run(handler.function, event)
-            finally:
-                event.cursor = None
-            self.claimer.ack_in(cursor, event.id)
+        handler = self.handlers[event.tag]
+        outcome: Outcome | None = None
+        try:
+            with self.db.transaction() as cursor:
+                event.cursor = cursor
+                try:
+                    self.handler_thread.start([(handler.function, event)], stop_on_failure=True)
+                    outcome = self._outcome(event, attempted)
+                finally:
+                    event.cursor = None
+                if outcome is None:
+                    return False
+                if outcome.error is not None:
+                    raise outcome.error
+                self.claimer.ack_in(cursor, event.id)
+        except HandlerTimeout:
+            self._failed(event, None)  # now that its transaction is rolled back
+            raise
+        except Exception as exc:  # the handler's, or its writes' at commit
+            self._failed(event, Outcome(exc, outcome.seconds if outcome else 0.0))
+            return False
+        self._observe(event.tag, "handled", outcome.seconds)
+        return True
 
-    def _failed(self, event: Event, error: str, started: float) -> None:
+    def _outcome(self, event: Event, attempted: list[int]) -> Outcome | None:
+        """The handler thread's report on ``event`` (None: not started). On a
+        timeout the worker stops (the caller records the failed attempt)."""
+        self._stamp()
+        try:
+            outcome = self.handler_thread.outcome()
+        except HandlerTimeout:
+            self.stop.set()  # first of all: the thread must start no further handler
+            attempted.append(event.id)
+            raise
+        if outcome is not None:
+            attempted.append(event.id)
+        return outcome
+
+    def _failed(self, event: Event, outcome: Outcome | None) -> None:
+        """Record a failed attempt; ``outcome`` None means it timed out."""
+        if outcome is None:
+            error, seconds = f"timed out after {self.options.timeout:g}s", self.options.timeout
+        else:
+            error, seconds = f"{type(outcome.error).__name__}: {outcome.error}", outcome.seconds
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
         with self.settle_lock:
             self.claimer.fail(event.id, error, delay, dead)
-        self._observe(event.tag, "dead" if dead else "failed", time.monotonic() - started)
+        self._observe(event.tag, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
         else:

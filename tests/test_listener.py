@@ -156,6 +156,34 @@ def test_hung_handler_is_cut_off(items, tmp_path, listeners):
     assert "timed out after 1s" in listener.output()
 
 
+def test_hung_handler_in_a_batch_releases_the_events_after_it(items, tmp_path, listeners):
+    """The handler thread gets the batch at once: it must not run ahead of the
+    hung handler, and the events after it come back unattempted."""
+    insert(items, 1, 1)
+    insert(items, 2, 1, "sleep60")
+    insert(items, 3, 2)
+    listener = Listener(items, tmp_path, "--timeout", "1", "--poll", "0.3", "--batch", "4")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: len(handled(lines)) == 4)
+    starts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert starts == [(1, 1), (2, 1), (2, 2), (3, 1), (4, 1)]
+    listener.wait_for(lambda lines: remaining(items) == 0)
+
+
+def test_transactional_and_plain_handlers_share_a_batch(items, tmp_path, listeners):
+    Subs(items).ok("add", "items", "I", "audit")
+    insert(items, 1, 3)
+    insert(items, 4, 1, "fail")
+    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "20",
+                        "--max-attempts", "1")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    assert query(items, "SELECT ITEM_ID FROM AUDIT ORDER BY ITEM_ID") == [(1,), (2,), (3,)]
+    assert sorted(line["key"] for line in listener.lines() if line["phase"] == "done") == [1, 2, 3]
+    dead = query(items, "SELECT SUB_ID, ATTEMPTS FROM EVENT_LOG WHERE DEAD ORDER BY SUB_ID")
+    assert [attempts for _, attempts in dead] == [1, 1], "item 4 should be dead for both subscriptions"
+
+
 def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
     insert(items, 1, 1, "sleep2")
     insert(items, 2, 5)
