@@ -71,7 +71,7 @@ def make_history(ctx: Context, engine: Engine) -> ItemsDb:
         began = time.perf_counter()
         events = claimer.claim_head(target, 1)
         first = time.perf_counter() - began
-        claimer.ack([e.id for e in events])
+        claimer.settle_head(target.sub_id, [e.id for e in events])
         began = time.perf_counter()
         if not housekeeping.rebuild_queue_index(db):
             raise RuntimeError("the claim index could not be rebuilt on an idle database")
@@ -93,10 +93,12 @@ def claim_cost(db: ItemsDb, kind: str, count: int) -> float:
             began = time.perf_counter()
             if kind == "claim_head":
                 events = claimer.claim_head(target, 1)
+                times.append(time.perf_counter() - began)
+                claimer.settle_head(target.sub_id, [e.id for e in events])
             else:
                 events = claimer.claim({target.sub_id: target}, 1)
-            times.append(time.perf_counter() - began)
-            claimer.ack([e.id for e in events])
+                times.append(time.perf_counter() - began)
+                claimer.ack([e.id for e in events])
     return statistics.median(times) * 1000
 
 

@@ -1,7 +1,9 @@
--- Claiming events. A claim sets CLAIMED_BY and a lease (CLAIM_EXPIRES_AT) and
--- counts the attempt; a claim whose lease ran out (crashed worker) is
--- claimable again. {sub_ids} is a list of integer subscription ids;
--- {key_order} is empty or the block key_order below. A claim returns what
+-- Claiming events. A parallel claim sets CLAIMED_BY and a lease
+-- (CLAIM_EXPIRES_AT) on each event and counts the attempt; an ordered claim
+-- (claim_head) leases the subscription instead. Events whose lease ran out
+-- (crashed worker) are claimable again. {sub_ids} is a list of integer subscription ids;
+-- {not_leased} and {key_order} are blocks below ({key_order} may be
+-- empty). A claim returns what
 -- handlers get of each event it claimed (the blocks claimed_columns,
 -- claimed_outputs and claimed_variables, filled in by claims.py), so a
 -- batch takes one statement.
@@ -46,6 +48,7 @@ WHERE SUB_ID IN ({sub_ids})
   AND DEAD = FALSE
   AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+  {not_leased}
   {key_order}
 ORDER BY EVENT_ID
 ROWS ?
@@ -67,6 +70,7 @@ BEGIN
           AND DEAD = FALSE
           AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
           AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+          {not_leased}
           {key_order}
         ORDER BY EVENT_ID
         INTO :CANDIDATE
@@ -96,60 +100,87 @@ BEGIN
 END;
 
 -- name: claim_head
--- Ordered mode: claim the first events of one subscription, stopping at the
--- first one that is not available (held by another consumer, or waiting for
--- its retry), so nothing is ever handled before an earlier event.
+-- Ordered mode: take the subscription's lease, then hand out its first
+-- events, stopping at the first one that is not available (waiting for its
+-- retry, or claimed by a parallel-mode worker), so nothing is ever handled
+-- before an earlier event. The lease, not a write to every event, keeps other
+-- consumers off the batch: EVENT_LEASE records the batch's first and last
+-- event until the batch is settled. ATTEMPTS counts a delivery when it fails,
+-- or, when the holder died with the batch in hand (its lease ran out), when
+-- the next holder takes the lease over; the attempt handed out is ATTEMPTS + 1.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
                THE_SUB INTEGER = ?)
 RETURNS ({claimed_outputs})
 AS
-DECLARE CANDIDATE BIGINT;
 DECLARE AVAILABLE BOOLEAN;
+DECLARE LEFT_FIRST BIGINT;
+DECLARE LEFT_LAST BIGINT;
+DECLARE BATCH_FIRST BIGINT;
+DECLARE BATCH_LAST BIGINT;
 BEGIN
-    FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
+    UPDATE EVENT_LEASE
+    SET HOLDER = :OWNER, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
+        FIRST_EVENT = NULL, LAST_EVENT = NULL
+    WHERE SUB_ID = :THE_SUB AND (HOLDER IS NULL OR EXPIRES_AT <= LOCALTIMESTAMP)
+    RETURNING OLD.FIRST_EVENT, OLD.LAST_EVENT INTO :LEFT_FIRST, :LEFT_LAST;
+    IF (ROW_COUNT = 0) THEN
+    BEGIN
+        IF (EXISTS (SELECT 1 FROM EVENT_LEASE WHERE SUB_ID = :THE_SUB)) THEN
+            EXIT;  -- another consumer has a batch of this subscription in hand
+        INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT)
+        VALUES (:THE_SUB, :OWNER, DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP));
+    END
+    IF (LEFT_FIRST IS NOT NULL) THEN
+        UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
+        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
+    FOR SELECT FIRST (:MAX_ROWS) {claimed_columns},
                (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
                AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
         FROM EVENT_LOG
         WHERE SUB_ID = :THE_SUB AND DEAD = FALSE
         ORDER BY EVENT_ID
-        INTO :CANDIDATE, :AVAILABLE
+        INTO {claimed_variables}, :AVAILABLE
     DO
     BEGIN
         IF (AVAILABLE IS NOT TRUE) THEN LEAVE;
-        EVENT_ID = NULL;
-        BEGIN
-            UPDATE EVENT_LOG
-            SET CLAIMED_BY = :OWNER,
-                CLAIM_EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
-                ATTEMPTS = ATTEMPTS + 1
-            WHERE EVENT_ID = :CANDIDATE
-              AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            RETURNING {claimed_columns}
-            INTO {claimed_variables};
-            WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK DO
-                EVENT_ID = NULL;
-        END
-        IF (EVENT_ID IS NULL) THEN LEAVE;
+        ATTEMPTS = ATTEMPTS + 1;
+        BATCH_FIRST = COALESCE(BATCH_FIRST, EVENT_ID);
+        BATCH_LAST = EVENT_ID;
         SUSPEND;
     END
+    IF (BATCH_FIRST IS NULL) THEN
+        UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL WHERE SUB_ID = :THE_SUB;
+    ELSE
+        UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST WHERE SUB_ID = :THE_SUB;
 END;
 
--- ack, release and extend act on a batch: event_ids is a list of integer
--- event ids, and only rows this owner still holds are touched.
+-- name: not_leased
+-- Parallel claims pass over the batch an ordered consumer has in hand.
+AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE H
+                WHERE H.SUB_ID = E.SUB_ID AND H.HOLDER IS NOT NULL
+                  AND H.EXPIRES_AT > LOCALTIMESTAMP
+                  AND E.EVENT_ID BETWEEN H.FIRST_EVENT AND H.LAST_EVENT)
+
+-- ack, fail, release and extend act on a batch: event_ids is a list of
+-- integer event ids. Only events still held by the claimant are touched: for
+-- a parallel claim CLAIMED_BY is the owner, for an ordered one (under the
+-- subscription's lease) CLAIMED_BY is NULL.
 
 -- name: ack
-DELETE FROM EVENT_LOG WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
+DELETE FROM EVENT_LOG WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY IS NOT DISTINCT FROM ?;
 
 -- name: fail
--- DEAD and DEAD_AT are set when the attempt was the last one allowed.
+-- DEAD and DEAD_AT are set when the attempt was the last one allowed. The
+-- attempt itself is counted here for an ordered claim (second parameter 1).
 UPDATE EVENT_LOG
 SET CLAIMED_BY = NULL,
     CLAIM_EXPIRES_AT = NULL,
     LAST_ERROR = ?,
+    ATTEMPTS = ATTEMPTS + ?,
     NEXT_ATTEMPT_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP),
     DEAD_AT = IIF(? = 1, LOCALTIMESTAMP, NULL),
     DEAD = (? = 1)
-WHERE EVENT_ID = ? AND CLAIMED_BY = ?;
+WHERE EVENT_ID = ? AND CLAIMED_BY IS NOT DISTINCT FROM ?;
 
 -- name: release
 -- Give back a claimed event that was never started: the attempt did not happen.
@@ -157,10 +188,19 @@ UPDATE EVENT_LOG
 SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
 WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
 
+-- name: release_lease
+-- The ordered batch is settled: its events that were not handled are pending again.
+UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
+WHERE SUB_ID = ? AND HOLDER = ?;
+
 -- name: extend
 UPDATE EVENT_LOG
 SET CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
 WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
+
+-- name: extend_leases
+UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
+WHERE HOLDER = ? AND FIRST_EVENT IS NOT NULL;
 
 -- name: subscriptions
 SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;

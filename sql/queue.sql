@@ -1,14 +1,19 @@
 -- name: status
 -- Per subscription: pending (waiting, including failed ones waiting for a
--- retry), in flight (claimed, lease running), failed, dead, oldest pending.
+-- retry), in flight (claimed by a parallel worker, or in the batch an ordered
+-- one has in hand, lease running), failed, dead, oldest pending.
 SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE,
        SUM(IIF(l.EVENT_ID IS NOT NULL AND l.DEAD_AT IS NULL
-               AND (l.CLAIM_EXPIRES_AT IS NULL OR l.CLAIM_EXPIRES_AT <= LOCALTIMESTAMP), 1, 0)),
-       SUM(IIF(l.DEAD_AT IS NULL AND l.CLAIM_EXPIRES_AT > LOCALTIMESTAMP, 1, 0)),
+               AND NOT (COALESCE(l.CLAIM_EXPIRES_AT > LOCALTIMESTAMP, FALSE)
+                        OR COALESCE(l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT, FALSE)), 1, 0)),
+       SUM(IIF(l.DEAD_AT IS NULL
+               AND (COALESCE(l.CLAIM_EXPIRES_AT > LOCALTIMESTAMP, FALSE)
+                    OR COALESCE(l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT, FALSE)), 1, 0)),
        SUM(IIF(l.DEAD_AT IS NULL AND l.LAST_ERROR IS NOT NULL, 1, 0)),
        SUM(IIF(l.DEAD_AT IS NOT NULL, 1, 0)),
        DATEDIFF(MILLISECOND FROM MIN(IIF(l.DEAD_AT IS NULL, l.CREATED_AT, NULL)) TO LOCALTIMESTAMP)
 FROM EVENT_SUBSCRIBER s
+LEFT JOIN EVENT_LEASE h ON h.SUB_ID = s.SUB_ID AND h.HOLDER IS NOT NULL AND h.EXPIRES_AT > LOCALTIMESTAMP
 LEFT JOIN EVENT_LOG l ON l.SUB_ID = s.SUB_ID
 GROUP BY s.SUB_ID, s.TABLE_NAME, s.ACTION, s.TAG, s.ACTIVE
 ORDER BY s.SUB_ID;
@@ -52,3 +57,6 @@ WHERE DEAD_AT IS NOT NULL AND DEAD_AT <= DATEADD(? MILLISECOND TO LOCALTIMESTAMP
 -- name: purge_removed_subscriptions
 DELETE FROM EVENT_SUBSCRIBER s
 WHERE s.ACTIVE = FALSE AND NOT EXISTS (SELECT 1 FROM EVENT_LOG l WHERE l.SUB_ID = s.SUB_ID);
+
+-- name: purge_orphan_leases
+DELETE FROM EVENT_LEASE WHERE SUB_ID NOT IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER);

@@ -73,6 +73,7 @@ class Claimer:
         """Claim statement ``name`` with the claimed columns filled in."""
         sql = self._sql
         return sql[name].format(
+            not_leased=sql["not_leased"],
             claimed_columns=sql["claimed_columns"],
             claimed_outputs=sql["claimed_outputs"],
             claimed_variables=sql["claimed_variables"],
@@ -139,47 +140,67 @@ class Claimer:
         return self._claim(sql, (self.owner, self.lease_ms, limit), targets)
 
     def claim_head(self, target: Target, limit: int) -> list[Event]:
-        """The first events of one subscription, if the first one is available."""
+        """The first events of one subscription, if the first one is available,
+        under the subscription's lease: settle them with ``settle_head``."""
         params = (self.owner, self.lease_ms, limit, target.sub_id)
         return self._claim(self._claim_head, params, {target.sub_id: target})
+
+    def _claimant(self, held: bool) -> str | None:
+        """CLAIMED_BY of our events: NULL for those held under a subscription's lease."""
+        return None if held else self.owner
 
     def ack(self, event_ids: Sequence[int]) -> int:
         """Delete handled events we still own; returns how many we did.
 
         Settling is retried on a conflict, like every write here: the
         heartbeat may have renewed the same rows a moment earlier."""
-        return self._settle("ack", event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "ack", event_ids, self.owner))
 
-    def ack_in(self, cursor: Cursor, event_id: int) -> None:
+    def settle_head(self, sub_id: int, done: Sequence[int]) -> int:
+        """Delete the handled events of a claim_head batch and give the
+        subscription's lease back, together; the events not handled are then
+        pending again. Returns how many were deleted."""
+
+        def work(cursor: Cursor) -> int:
+            deleted = self._settle(cursor, "ack", done, None)
+            cursor.execute(self._sql["release_lease"], (sub_id, self.owner))
+            return deleted
+
+        return self.db.run(work)
+
+    def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
-        cursor.execute(self._sql["ack"].format(event_ids=int(event_id)), (self.owner,))
+        cursor.execute(self._sql["ack"].format(event_ids=int(event_id)), (self._claimant(held),))
 
-    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool) -> None:
-        params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), int(dead), event_id, self.owner)
+    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
+        """Record a failed attempt; ``held``: of a claim_head batch, whose claim
+        did not count the attempt."""
+        params = (error[:MAX_ERROR_LENGTH], int(held), int(retry_in_seconds * 1000), int(dead), int(dead),
+                  event_id, self._claimant(held))
         self.db.run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
     def release(self, event_ids: Iterable[int]) -> int:
         """Give back claimed events that were never started."""
-        return self._settle("release", event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "release", event_ids, self.owner))
 
     def extend(self, event_ids: Iterable[int]) -> int:
-        """Renew the lease of events still being handled (the heartbeat)."""
-        return self._settle("extend", event_ids, self.lease_ms)
-
-    def _settle(self, name: str, event_ids: Iterable[int], *params: object) -> int:
-        """Run statement ``name`` over our own events among ``event_ids``, one
-        statement per SETTLE_CHUNK ids, in one transaction. Not kept prepared:
-        the text changes with the ids."""
-        ids = sorted(int(event_id) for event_id in event_ids)
-        if not ids:
-            return 0
+        """Renew the leases of events still being handled and of the
+        subscriptions whose batch we hold (the heartbeat)."""
 
         def work(cursor: Cursor) -> int:
-            done = 0
-            for start in range(0, len(ids), SETTLE_CHUNK):
-                chunk = ", ".join(map(str, ids[start : start + SETTLE_CHUNK]))
-                cursor.execute(self._sql[name].format(event_ids=chunk), (*params, self.owner))
-                done += cursor.affected_rows
-            return done
+            renewed = self._settle(cursor, "extend", event_ids, self.lease_ms, self.owner)
+            cursor.execute(self._sql["extend_leases"], (self.lease_ms, self.owner))
+            return renewed + cursor.affected_rows
 
         return self.db.run(work)
+
+    def _settle(self, cursor: Cursor, name: str, event_ids: Iterable[int], *params: object) -> int:
+        """Run statement ``name`` over ``event_ids``, one statement per
+        SETTLE_CHUNK ids. Not kept prepared: the text changes with the ids."""
+        ids = sorted(int(event_id) for event_id in event_ids)
+        done = 0
+        for start in range(0, len(ids), SETTLE_CHUNK):
+            chunk = ", ".join(map(str, ids[start : start + SETTLE_CHUNK]))
+            cursor.execute(self._sql[name].format(event_ids=chunk), params)
+            done += cursor.affected_rows
+        return done

@@ -122,6 +122,8 @@ def purge(db: Database, older_than: float) -> tuple[int, int]:
         cursor.execute(sql["purge_dead"], (-int(older_than * 1000),))
         events = cursor.affected_rows
         cursor.execute(sql["purge_removed_subscriptions"])
-        return events, cursor.affected_rows
+        subscriptions = cursor.affected_rows
+        cursor.execute(sql["purge_orphan_leases"])
+        return events, subscriptions
 
     return db.run(work)

@@ -288,6 +288,7 @@ def remove(
                 changes.append(Change("deactivated", subscription, events))
             else:
                 cursor.execute(sql["delete"], (subscription.sub_id,))
+                cursor.execute(sql["delete_lease"], (subscription.sub_id,))
                 changes.append(Change("removed", subscription, events))
         if find_table(cursor, quote(name)) is None:
             return changes, None

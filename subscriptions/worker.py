@@ -58,6 +58,8 @@ class Worker:
         self, options: ListenOptions, reports: Queue | None = None, progress: c_double | None = None
     ) -> None:
         self.options = options
+        # Ordered claims hold the subscription's lease rather than each event.
+        self.in_order = options.mode == ORDERED
         self.reports = reports
         self.progress = progress
         self.owner = reaper.owner()
@@ -258,7 +260,7 @@ class Worker:
         while not self.stop.is_set() and self.targets:
             self._stamp()
             conflicts = self.claimer.conflicts
-            if self.options.mode == ORDERED:
+            if self.in_order:
                 claimed = False
                 for target in list(self.targets.values()):
                     if self.stop.is_set():
@@ -292,6 +294,8 @@ class Worker:
     def _handle(self, events: list[Event], *, stop_on_failure: bool) -> None:
         """Deliver claimed events; acknowledge the handled ones together and give
         back the ones not started (on stop, a timeout or, in order, a failure)."""
+        if not events:
+            return
         done: list[int] = []
         attempted: list[int] = []
         with self.in_flight_lock:
@@ -303,8 +307,11 @@ class Worker:
         finally:
             try:
                 with self.settle_lock:
-                    self.claimer.ack(done)
-                    self.claimer.release(e.id for e in events[len(attempted) :])
+                    if self.in_order:
+                        self.claimer.settle_head(events[0].subscription_id, done)
+                    else:
+                        self.claimer.ack(done)
+                        self.claimer.release(e.id for e in events[len(attempted) :])
             finally:
                 # Also when settling failed: the heartbeat would otherwise renew
                 # these leases for ever and the events would never come back.
@@ -368,7 +375,7 @@ class Worker:
                     return False
                 if outcome.error is not None:
                     raise outcome.error
-                self.claimer.ack_in(cursor, event.id)
+                self.claimer.ack_in(cursor, event.id, held=self.in_order)
         except HandlerTimeout:
             self._failed(event, None)  # now that its transaction is rolled back
             raise
@@ -401,7 +408,7 @@ class Worker:
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
         with self.settle_lock:
-            self.claimer.fail(event.id, error, delay, dead)
+            self.claimer.fail(event.id, error, delay, dead, held=self.in_order)
         self._observe(event.tag, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)

@@ -42,7 +42,10 @@ def fetches_per_claim(settings, ordered: bool = True) -> int:
                 events = claimer.claim({t.sub_id: t for t in targets}, 1)
             fetches = db.connection.info.fetches - before
             assert len(events) == 1
-            claimer.release(e.id for e in events)
+            if ordered:
+                claimer.settle_head(targets[0].sub_id, [])
+            else:
+                claimer.release(e.id for e in events)
     return fetches
 
 

@@ -1,0 +1,74 @@
+"""Claims at the Claimer level, on both engines: the lease an ordered claim
+takes on its subscription, and how parallel claims and status see it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from subscriptions.claims import Claimer, load_targets
+from subscriptions.db import Database
+
+from conftest import Subs, execute, query
+from listening import insert
+
+
+def insert_target(items):
+    """The INSERT subscription of ITEMS, and 6 of its events."""
+    insert(items, 1, 6)
+    with Database(items) as db:
+        return next(t for t in load_targets(db) if t.action == "I")
+
+
+def test_an_ordered_batch_is_held_by_its_subscription_lease(items):
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        batch = a.claim_head(target, 3)
+        assert [(e.pk["ID"], e.attempt) for e in batch] == [(1, 1), (2, 1), (3, 1)]
+        assert query(items, "SELECT ATTEMPTS, CLAIMED_BY FROM EVENT_LOG ORDER BY EVENT_ID") == [(0, None)] * 6
+        assert b.claim_head(target, 10) == [], "a second ordered consumer must wait for the lease"
+        parallel = b.claim({target.sub_id: target}, 10)
+        assert [e.pk["ID"] for e in parallel] == [4, 5, 6], "a parallel claim took events of the batch in hand"
+        b.release(e.id for e in parallel)
+
+        status = json.loads(Subs(items).ok("status", "--json"))
+        row = next(r for r in status if r["action"] == "I")
+        assert (row["pending"], row["in_flight"]) == (3, 3)
+
+        assert a.settle_head(target.sub_id, [batch[0].id]) == 1
+        assert [(e.pk["ID"], e.attempt) for e in b.claim_head(target, 2)] == [(2, 1), (3, 1)]
+
+
+def test_a_lease_taken_over_counts_the_attempt_of_the_batch_left_in_hand(items):
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
+        assert len(a.claim_head(target, 3)) == 3  # then "a" dies without settling
+        time.sleep(0.7)
+        assert [(e.pk["ID"], e.attempt) for e in b.claim_head(target, 4)] == [(1, 2), (2, 2), (3, 2), (4, 1)]
+        assert a.settle_head(target.sub_id, []) == 0
+        assert b.settle_head(target.sub_id, []) == 0
+        assert query(items, "SELECT ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(1,), (1,), (1,), (0,), (0,), (0,)]
+
+
+def test_a_failed_ordered_attempt_is_counted_once(items):
+    target = insert_target(items)
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        first, *_ = claimer.claim_head(target, 3)
+        claimer.fail(first.id, "boom", 0, dead=False, held=True)
+        claimer.settle_head(target.sub_id, [])
+        assert query(items, "SELECT ATTEMPTS, LAST_ERROR FROM EVENT_LOG ORDER BY EVENT_ID")[:2] == [
+            (1, "boom"), (0, None)]
+        again = claimer.claim_head(target, 1)
+        assert [(e.id, e.attempt) for e in again] == [(first.id, 2)]
+
+
+def test_removing_a_subscription_removes_its_lease(items):
+    target = insert_target(items)
+    with Database(items) as db:
+        Claimer(db, "a:1", 30).claim_head(target, 1)
+    execute(items, "DELETE FROM EVENT_LOG")
+    Subs(items).ok("remove", "items", "I", "rec")
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE SUB_ID = ?", (target.sub_id,)) == [(0,)]
