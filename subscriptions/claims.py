@@ -154,15 +154,17 @@ class Claimer:
 
         Settling is retried on a conflict, like every write here: the
         heartbeat may have renewed the same rows a moment earlier."""
-        return self.db.run(lambda cursor: self._settle(cursor, "ack", event_ids, self.owner))
+        ids = _sorted_ids(event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
 
     def settle_head(self, sub_id: int, done: Sequence[int]) -> int:
         """Delete the handled events of a claim_head batch and give the
         subscription's lease back, together; the events not handled are then
         pending again. Returns how many were deleted."""
+        ids = _sorted_ids(done)
 
         def work(cursor: Cursor) -> int:
-            deleted = self._settle(cursor, "ack", done, None)
+            deleted = self._settle(cursor, "ack", ids, None)
             cursor.execute(self._sql["release_lease"], (sub_id, self.owner))
             return deleted
 
@@ -181,26 +183,32 @@ class Claimer:
 
     def release(self, event_ids: Iterable[int]) -> int:
         """Give back claimed events that were never started."""
-        return self.db.run(lambda cursor: self._settle(cursor, "release", event_ids, self.owner))
+        ids = _sorted_ids(event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "release", ids, self.owner)) if ids else 0
 
     def extend(self, event_ids: Iterable[int]) -> int:
         """Renew the leases of events still being handled and of the
         subscriptions whose batch we hold (the heartbeat)."""
 
+        ids = _sorted_ids(event_ids)
+
         def work(cursor: Cursor) -> int:
-            renewed = self._settle(cursor, "extend", event_ids, self.lease_ms, self.owner)
+            renewed = self._settle(cursor, "extend", ids, self.lease_ms, self.owner)
             cursor.execute(self._sql["extend_leases"], (self.lease_ms, self.owner))
             return renewed + cursor.affected_rows
 
         return self.db.run(work)
 
-    def _settle(self, cursor: Cursor, name: str, event_ids: Iterable[int], *params: object) -> int:
-        """Run statement ``name`` over ``event_ids``, one statement per
-        SETTLE_CHUNK ids. Not kept prepared: the text changes with the ids."""
-        ids = sorted(int(event_id) for event_id in event_ids)
+    def _settle(self, cursor: Cursor, name: str, ids: list[int], *params: object) -> int:
+        """Run statement ``name`` over ``ids``, one statement per SETTLE_CHUNK
+        ids. Not kept prepared: the text changes with the ids."""
         done = 0
         for start in range(0, len(ids), SETTLE_CHUNK):
             chunk = ", ".join(map(str, ids[start : start + SETTLE_CHUNK]))
             cursor.execute(self._sql[name].format(event_ids=chunk), params)
             done += cursor.affected_rows
         return done
+
+
+def _sorted_ids(event_ids: Iterable[int]) -> list[int]:
+    return sorted(int(event_id) for event_id in event_ids)
