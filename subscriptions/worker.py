@@ -1,8 +1,8 @@
 """A listener worker process: wait for events, claim, run handlers, settle.
 
-The loop is: register for the tags' Firebird events, drain everything
-claimable, wait for a notification or the poll interval, flush, drain again.
-Any wake-up only means "drain now"; counts are not trusted. A dead attachment
+The loop is: register for the tags' Firebird events (notifications.py), drain
+everything claimable, wait for a notification or the poll interval, drain
+again. A dead attachment
 shows up as an error in the next drain (at the latest after one poll interval);
 the worker then exits with EXIT_RESTART without touching the dead handles and
 the supervisor starts a fresh one at once, which connects with backoff.
@@ -37,19 +37,16 @@ from .errors import SubsError
 from .events import Event
 from .handler_thread import HandlerThread, HandlerTimeout, Outcome
 from .metrics import Metrics
+from .notifications import Notifications
 from .options import ORDERED, ListenOptions
 from .plugins import collect_handlers, plugin_manager
-from .triggers import event_name
 
 log = logging.getLogger("subs.worker")
 
 EXIT_OK = 0
 EXIT_RESTART = 3  # a handler timed out or the connection died: start a fresh worker at once
 RECONNECT_MAX = 30.0
-_WAIT_SLICE = 0.5
 _TEARDOWN_TIMEOUT = 5.0
-REGISTER_TIMEOUT = 10.0
-REGISTER_RETRY = 300.0
 CONFLICT_PAUSE = 0.05
 
 
@@ -73,14 +70,13 @@ class Worker:
         self.settle_lock = threading.Lock()
         self.db: Database | None = None
         self.claimer: Claimer | None = None
-        self.collector = None
+        self.notifications = Notifications(options.poll, self.stop)
         self.targets: dict[int, Target] = {}
         self.metrics = Metrics()
         self.batch = BatchSize(options.batch)
         self.handler_thread = HandlerThread(self.stop, options.timeout)
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
-        self.register_after = 0.0
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -99,10 +95,13 @@ class Worker:
         reaper.tag(db, self.owner)
         return db
 
-    def _connect(self) -> None:
+    def _open(self) -> None:
         self.db = self._attach()
         self._install_signal_handlers()
         self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
+
+    def _connect(self) -> None:
+        self._open()
         self._refresh_targets()
 
     def _refresh_targets(self) -> None:
@@ -113,62 +112,12 @@ class Worker:
             for t in load_targets(self.db)
             if t.tag in self.handlers and (not wanted or t.tag in wanted)
         }
-        tags = {t.tag for t in targets.values()}
-        changed = tags != {t.tag for t in self.targets.values()}
-        if changed or (self.collector is None and time.monotonic() >= self.register_after):
-            self._close_collector()
-            if tags:
-                self._register(sorted(event_name(tag) for tag in tags))
+        if not self.notifications.follow(self.db, {t.tag for t in targets.values()}):
+            # Registering hung inside the engine: a call still runs on this
+            # attachment, so claims go on through a fresh one.
+            self.stuck_attachments.append(self.db)
+            self._open()
         self.targets = targets
-
-    def _register(self, names: list[str]) -> None:
-        """Register for the tags' notifications, but give up after
-        REGISTER_TIMEOUT: on the embedded engine, once a process of the
-        database was SIGKILLed, registration can hang inside the engine until
-        every process detaches. Then the stuck attachment is left alone, claims
-        go on through a fresh one, ``--poll`` does the waking up, and
-        registering is tried again REGISTER_RETRY later."""
-        db, outcome = self.db, {}
-
-        def begin() -> None:
-            try:
-                collector = db.connection.event_collector(names)
-                collector.begin()
-                outcome["collector"] = collector
-            except BaseException as exc:  # handed to the worker thread below
-                outcome["error"] = exc
-
-        registering = threading.Thread(target=begin, name="register-events", daemon=True)
-        registering.start()
-        registering.join(REGISTER_TIMEOUT)
-        if registering.is_alive():
-            log.error(
-                "registering for event notifications did not finish in %.0fs; polling every %gs "
-                "instead and trying again in %.0fs", REGISTER_TIMEOUT, self.options.poll, REGISTER_RETRY,
-            )
-            self.stuck_attachments.append(db)
-            self.db = self._attach()
-            self._install_signal_handlers()
-            self.claimer = Claimer(self.db, self.owner, self.options.lease, self.options.key_order)
-            self.register_after = time.monotonic() + REGISTER_RETRY
-            return
-        if "error" in outcome:
-            raise outcome["error"]
-        self.collector = outcome["collector"]
-
-    def _close_collector(self) -> None:
-        """Close the event collector, working around firebird-driver 2.1 raising
-        TypeError when a notification is still queued (it is consumed a moment later)."""
-        collector, self.collector = self.collector, None
-        for _ in range(100):
-            if collector is None or collector.is_closed():
-                return
-            try:
-                collector.close()
-            except TypeError:
-                time.sleep(0.01)
-            except DatabaseError:
-                return  # its attachment is gone, and the notifications with it
 
     def _disconnect(self) -> None:
         """Close collector and attachment, but give up on them after a few
@@ -177,7 +126,7 @@ class Worker:
         db = self.db
 
         def teardown() -> None:
-            self._close_collector()
+            self.notifications.close()
             if db is not None:
                 try:
                     db.close()
@@ -189,7 +138,7 @@ class Worker:
         closer.join(_TEARDOWN_TIMEOUT)
         if closer.is_alive():
             log.warning("closing the old connection did not finish in %.0fs; leaving it", _TEARDOWN_TIMEOUT)
-            self.collector = None
+            self.notifications.drop()
         self.db = self.claimer = None
 
     def _stamp(self) -> None:
@@ -199,16 +148,7 @@ class Worker:
 
     def _wait(self) -> None:
         """Sleep until a notification, the poll interval or a stop request."""
-        deadline = time.monotonic() + self.options.poll
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            self._stamp()
-            if self.collector is None:
-                time.sleep(min(_WAIT_SLICE, deadline - time.monotonic()))
-                continue
-            counts = self.collector.wait(min(_WAIT_SLICE, max(deadline - time.monotonic(), 0)))
-            if any(counts.values()):
-                self.collector.flush()
-                return
+        self.notifications.wait(self._stamp)
 
     # -- the loop ------------------------------------------------------------------
 
