@@ -135,10 +135,13 @@ def test_killed_worker_events_come_back_after_the_lease(items, tmp_path, listene
     listener.wait_for(lambda lines: remaining(items) == 0)
 
 
-def test_long_handler_keeps_its_lease(items, tmp_path, listeners):
+@pytest.mark.parametrize("mode", ["parallel", "ordered"])
+def test_long_handler_keeps_its_lease(items, tmp_path, listeners, mode):
+    """The heartbeat renews the events' leases (parallel) or the subscription's
+    (ordered): the other workers must not take the running event over."""
     insert(items, 1, 1, "sleep6")
     insert(items, 2, 3)
-    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "3", "--lease", "2", "--poll", "0.3")
+    listener = Listener(items, tmp_path, "--mode", mode, "--workers", "3", "--lease", "2", "--poll", "0.3")
     listeners.append(listener)
     listener.wait_for(lambda lines: len(handled(lines)) == 4)
     time.sleep(1.5)
