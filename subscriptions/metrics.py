@@ -36,6 +36,7 @@ _GAUGES = {
     "lag": ("subs_lag_seconds", "Age of the oldest pending event in seconds (0 when none is pending)."),
 }
 _DURATION = "subs_handler_duration_seconds"
+_CONFLICTS = "subs_claim_conflicts_total"
 
 
 def _number(value: float) -> str:
@@ -55,7 +56,7 @@ def _labels(**labels: str) -> str:
 
 
 def _empty() -> dict:
-    return {"events": {}, "durations": {}, "queue": {}}
+    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0}
 
 
 class Metrics:
@@ -64,7 +65,7 @@ class Metrics:
     Thread-safe: observe() runs on handler threads while the HTTP server renders.
     The snapshot dict is ``{"events": {tag: {outcome: n}}, "durations": {tag:
     {"buckets": [n per bucket, +Inf last, not cumulative], "sum": s, "count": n}},
-    "queue": {tag: {"pending": n, "in_flight": n, "lag": seconds}}}``.
+    "queue": {tag: {"pending": n, "in_flight": n, "lag": seconds}}, "claim_conflicts": n}``.
     """
 
     def __init__(self) -> None:
@@ -82,6 +83,11 @@ class Metrics:
             duration["buckets"][bisect.bisect_left(BUCKETS, seconds)] += 1
             duration["sum"] += seconds
             duration["count"] += 1
+
+    def count_claim_conflicts(self, count: int) -> None:
+        """Count claims that met another claimer's uncommitted change and claimed nothing."""
+        with self._lock:
+            self._data["claim_conflicts"] += count
 
     def set_queue(
         self, tag: str, pending: int, in_flight: int, oldest_pending_age_seconds: float | None
@@ -115,6 +121,7 @@ class Metrics:
                 duration["sum"] += other["sum"]
                 duration["count"] += other["count"]
             self._data["queue"].update(copy.deepcopy(snapshot.get("queue", {})))
+            self._data["claim_conflicts"] += snapshot.get("claim_conflicts", 0)
 
     def _duration(self, tag: str) -> dict:
         return self._data["durations"].setdefault(
@@ -143,6 +150,9 @@ class Metrics:
                 lines.append(f"{_DURATION}_bucket{_labels(tag=tag, le=_number(bound))} {cumulative}")
             lines.append(f"{_DURATION}_sum{_labels(tag=tag)} {_number(duration['sum'])}")
             lines.append(f"{_DURATION}_count{_labels(tag=tag)} {duration['count']}")
+        family(_CONFLICTS, "counter", "Claims that met another claimer's uncommitted change, claimed "
+               "nothing and were retried; a steady rate means workers compete for the same events.")
+        lines.append(f"{_CONFLICTS} {data['claim_conflicts']}")
         for key, (name, help_text) in _GAUGES.items():
             family(name, "gauge", help_text)
             for tag, queue in sorted(data["queue"].items()):

@@ -213,6 +213,8 @@ class Worker:
                 events = self.claimer.claim(self.targets, self.batch.size(tags))
                 claimed = bool(events)
                 self._handle_batch(events)
+            if self.claimer.conflicts != conflicts:
+                self.metrics.count_claim_conflicts(self.claimer.conflicts - conflicts)
             self._flush_reports()
             if not claimed and self.claimer.conflicts != conflicts:
                 self.stop.wait(CONFLICT_PAUSE)
@@ -392,7 +394,7 @@ class Worker:
     def _flush_reports(self) -> None:
         """Send the supervisor what was counted since the last report."""
         delta = self.metrics.snapshot(reset=True)
-        if self.reports is not None and delta["events"]:
+        if self.reports is not None and (delta["events"] or delta["claim_conflicts"]):
             self.reports.put(delta)
 
 

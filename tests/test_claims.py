@@ -72,3 +72,17 @@ def test_removing_a_subscription_removes_its_lease(items):
     execute(items, "DELETE FROM EVENT_LOG")
     Subs(items).ok("remove", "items", "I", "rec")
     assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE SUB_ID = ?", (target.sub_id,)) == [(0,)]
+
+
+def test_a_claim_that_meets_an_uncommitted_lease_claims_nothing(items):
+    """Another consumer's lease that is still being written: a conflict,
+    counted (subs_claim_conflicts_total), never a wait or an error."""
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a = Claimer(a_db, "a:1", 30)
+        with b_db.transaction() as cursor:
+            cursor.execute("UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT) "
+                           "VALUES (?, 'b:2', LOCALTIMESTAMP) MATCHING (SUB_ID)", (target.sub_id,))
+            assert a.claim_head(target, 5) == []
+            assert a.conflicts == 1
+        assert [e.pk["ID"] for e in a.claim_head(target, 2)] == [1, 2]

@@ -97,6 +97,7 @@ def test_render_is_prometheus_text_format() -> None:
         m.observe("orders", outcome, seconds)
     m.set_queue("orders", 5, 2, 12.5)
     m.set_queue("idle", 0, 0, None)
+    m.count_claim_conflicts(2)
     text = m.render()
     assert text.endswith("\n")
     samples = _samples(text)
@@ -105,6 +106,7 @@ def test_render_is_prometheus_text_format() -> None:
     assert samples['subs_events_dead_total{tag="orders"}'] == 1
     assert samples['subs_queue_pending{tag="orders"}'] == 5 and samples['subs_queue_in_flight{tag="orders"}'] == 2
     assert samples['subs_lag_seconds{tag="orders"}'] == 12.5 and samples['subs_lag_seconds{tag="idle"}'] == 0
+    assert samples["subs_claim_conflicts_total"] == 2
     buckets = [(key, value) for key, value in samples.items() if key.startswith("subs_handler_duration_seconds_bucket")]
     assert [key.split('le="')[1][:-2] for key, _ in buckets] == [
         "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "+Inf"
@@ -138,9 +140,11 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     two.observe("orders", "failed", 0.001)
     two.observe("users", "dead", 0.5)
     supervisor.set_queue("orders", 4, 1, 2.0)
+    one.count_claim_conflicts(1)
+    two.count_claim_conflicts(3)
     for worker in (one, two):
         supervisor.merge(pickle.loads(pickle.dumps(worker.snapshot(reset=True))))
-    assert one.snapshot() == two.snapshot() == {"events": {}, "durations": {}, "queue": {}}
+    assert one.snapshot() == two.snapshot() == {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0}
     merged = supervisor.snapshot()
     assert merged["events"] == {
         "orders": {"handled": 2, "failed": 1, "dead": 0},
@@ -150,6 +154,7 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     assert merged["durations"]["orders"]["count"] == 3
     assert merged["durations"]["orders"]["sum"] == pytest.approx(3.021)
     assert merged["queue"] == {"orders": {"pending": 4, "in_flight": 1, "lag": 2.0}}
+    assert merged["claim_conflicts"] == 4
 
 
 def _get(port: int, path: str) -> tuple[int, str, str]:
