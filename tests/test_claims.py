@@ -86,3 +86,17 @@ def test_a_claim_that_meets_an_uncommitted_lease_claims_nothing(items):
             assert a.claim_head(target, 5) == []
             assert a.conflicts == 1
         assert [e.pk["ID"] for e in a.claim_head(target, 2)] == [1, 2]
+
+
+def test_an_idle_subscription_is_claimed_without_a_write(items):
+    """Workers claim every subscription they serve on each drain: one with
+    nothing to hand out must not write its lease (a write, and a commit with
+    forced writes, per subscription per drain)."""
+    target = insert_target(items)
+    lease_version = "SELECT RDB$RECORD_VERSION FROM EVENT_LEASE WHERE SUB_ID = ?"
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        claimer.settle_head(target.sub_id, [e.id for e in claimer.claim_head(target, 10)])
+        written = query(items, lease_version, (target.sub_id,))
+        assert claimer.claim_head(target, 10) == []
+    assert query(items, lease_version, (target.sub_id,)) == written
