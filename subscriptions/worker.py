@@ -207,16 +207,17 @@ class Worker:
                         break
                     events = self.claimer.claim_head(target, self.batch.size([target.tag]))
                     claimed = claimed or bool(events)
-                    self._handle_in_order(events)
+                    self._handle(events)
             else:
                 tags = {target.tag for target in self.targets.values()}
                 events = self.claimer.claim(self.targets, self.batch.size(tags))
                 claimed = bool(events)
-                self._handle_batch(events)
-            if self.claimer.conflicts != conflicts:
-                self.metrics.count_claim_conflicts(self.claimer.conflicts - conflicts)
+                self._handle(events)
+            conflicts = self.claimer.conflicts - conflicts
+            if conflicts:
+                self.metrics.count_claim_conflicts(conflicts)
             self._flush_reports()
-            if not claimed and self.claimer.conflicts != conflicts:
+            if not claimed and conflicts:
                 self.stop.wait(CONFLICT_PAUSE)
                 continue
             if not claimed:
@@ -226,16 +227,10 @@ class Worker:
 
     # -- handling --------------------------------------------------------------------
 
-    def _handle_in_order(self, events: list[Event]) -> None:
-        """Stop at the first failure: later events of the subscription wait for it."""
-        self._handle(events, stop_on_failure=True)
-
-    def _handle_batch(self, events: list[Event]) -> None:
-        self._handle(events, stop_on_failure=False)
-
-    def _handle(self, events: list[Event], *, stop_on_failure: bool) -> None:
+    def _handle(self, events: list[Event]) -> None:
         """Deliver claimed events; acknowledge the handled ones together and give
-        back the ones not started (on stop, a timeout or, in order, a failure)."""
+        back the ones not started (on stop, a timeout or, in order, a failure:
+        later events of the subscription wait for it)."""
         if not events:
             return
         done: list[int] = []
@@ -244,7 +239,7 @@ class Worker:
             self.in_flight.update(e.id for e in events)
         try:
             for run in self._runs(events):
-                if self.stop.is_set() or not self._deliver(run, done, attempted, stop_on_failure):
+                if self.stop.is_set() or not self._deliver(run, done, attempted):
                     break
         finally:
             try:
@@ -276,14 +271,14 @@ class Worker:
         if run:
             yield run
 
-    def _deliver(self, run: list[Event], done: list[int], attempted: list[int], stop_on_failure: bool) -> bool:
+    def _deliver(self, run: list[Event], done: list[int], attempted: list[int]) -> bool:
         """Run the handlers of ``run``; each event whose attempt happened goes to
         ``attempted``, a handled one also to ``done`` (acknowledged with its
         batch) unless its handler is transactional (acknowledged with it).
         False if the batch is to go no further."""
         if self.handlers[run[0].tag].transactional:
             return self._deliver_transactional(run[0], attempted)
-        self.handler_thread.start([(self.handlers[e.tag].function, e) for e in run], stop_on_failure=stop_on_failure)
+        self.handler_thread.start([(self.handlers[e.tag].function, e) for e in run], stop_on_failure=self.in_order)
         carry_on = True
         for event in run:
             try:
@@ -298,7 +293,7 @@ class Worker:
                 self._observe(event.tag, "handled", outcome.seconds)
             else:
                 self._failed(event, outcome)
-                carry_on = carry_on and not stop_on_failure
+                carry_on = carry_on and not self.in_order
         return carry_on
 
     def _deliver_transactional(self, event: Event, attempted: list[int]) -> bool:
