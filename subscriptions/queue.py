@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from . import queries, schema
 from .capture import decode
 from .config import ConnectionSettings
-from .db import Database
+from .db import Database, read_text
 from .errors import SubsError
 from .identifiers import check_tag
 
@@ -68,7 +68,7 @@ def problems(db: Database, kind: str) -> list[ProblemEvent]:
     with db.transaction() as cursor:
         cursor.execute(queries.load("queue")[kind])
         return [
-            ProblemEvent(row[0], row[1], row[2], row[3], decode(row[4]) or {}, *row[5:])
+            ProblemEvent(row[0], row[1], row[2], row[3], decode(row[4]) or {}, row[5], read_text(row[6]), *row[7:])
             for row in cursor.fetchall()
         ]
 

@@ -35,6 +35,7 @@ MIGRATIONS = (
     Migration("schema_v2", separate=("add_key_hash", "index_key_hash"), regenerate_triggers=True),
     Migration("schema_v3", separate=("add_dead",)),
     Migration("schema_v4"),
+    Migration("schema_v5", separate=("add_error_text",)),
 )
 LATEST = len(MIGRATIONS)
 # Tries of a migration step that failed while a concurrent `subs init` ran.

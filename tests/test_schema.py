@@ -3,7 +3,7 @@ and an event logged by a version 1 trigger, upgraded by `subs init`."""
 
 from __future__ import annotations
 
-from subscriptions import schema
+from subscriptions import queries, schema
 from subscriptions.capture import row_expression
 from subscriptions.claims import Claimer, load_targets
 from subscriptions.db import Database
@@ -12,6 +12,9 @@ from subscriptions.metadata import load_table
 from conftest import Subs, execute, query, queue_index_segments
 
 TABLE = '"Bücher"'
+LAST_ERROR_TYPE = """SELECT F.RDB$FIELD_TYPE FROM RDB$RELATION_FIELDS RF
+JOIN RDB$FIELDS F ON F.RDB$FIELD_NAME = RF.RDB$FIELD_SOURCE
+WHERE RF.RDB$RELATION_NAME = 'EVENT_LOG' AND RF.RDB$FIELD_NAME = 'LAST_ERROR'"""
 
 
 def install_version_1(settings) -> None:
@@ -69,3 +72,24 @@ def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
     with Database(empty_settings) as db:
         (target, *_) = load_targets(db)
         assert [e.id for e in Claimer(db, "test:1", 30).claim_head(target, 10)] == [2]
+
+
+def test_version_4_keeps_last_errors_in_a_blob(empty_settings):
+    install_version_1(empty_settings)
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=4)
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+    execute(empty_settings, "UPDATE EVENT_LOG SET LAST_ERROR = 'SMTP sagt nein: ü', "
+                            "NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
+
+    subs = Subs(empty_settings)
+    assert subs.ok("init").strip() == f"upgraded schema from version 4 to {schema.LATEST}"
+    assert query(empty_settings, LAST_ERROR_TYPE) == [(261,)]
+    assert query(empty_settings, "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'") == [(0,)]
+    failed = subs.ok("failed")
+    assert "SMTP sagt nein: ü" in failed and '"ID": 1' in failed and '"ID": 2' not in failed
+
+    # A second `subs init` that ran its first step after this one finished adds nothing.
+    execute(empty_settings, queries.load("schema_v5")["add_error_text"])
+    assert query(empty_settings, "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'") == [(0,)]
