@@ -37,7 +37,8 @@ def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listene
 
 @pytest.mark.parametrize("batch", ["5", "auto"])
 def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, listeners, batch):
-    insert(items, 1, 300)
+    # 5 ms per event: without it the first worker up may drain all 300 alone.
+    insert(items, 1, 300, note="sleep0.005")
     listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--batch", batch)
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
