@@ -181,7 +181,7 @@ class Worker:
                                     first_line(exc))
                         self.abandoned = True
                         return EXIT_RESTART
-                    log.warning("database connection problem: %s; reconnecting in %.1fs", first_line(exc), backoff)
+                    log.warning("database error: %s; reconnecting in %.1fs", first_line(exc), backoff)
                     self._disconnect()
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, RECONNECT_MAX)

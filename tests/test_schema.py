@@ -1,5 +1,5 @@
-"""Schema upgrades on real engines: a version 1 database, with a subscription
-and an event logged by a version 1 trigger, upgraded by `subs init`."""
+"""Schema upgrades on real engines: databases of older versions, with
+subscriptions and events logged by older triggers, upgraded by `subs init`."""
 
 from __future__ import annotations
 
