@@ -47,16 +47,6 @@ ALTER TRIGGER {trigger} INACTIVE;
 -- name: drop_trigger
 DROP TRIGGER {trigger};
 
--- name: log_triggers
--- The generated triggers (and only those) that write EVENT_LOG.
-SELECT DISTINCT TRIM(d.RDB$DEPENDENT_NAME)
-FROM RDB$DEPENDENCIES d JOIN RDB$TRIGGERS t ON t.RDB$TRIGGER_NAME = d.RDB$DEPENDENT_NAME
-WHERE d.RDB$DEPENDED_ON_NAME = 'EVENT_LOG' AND d.RDB$DEPENDENT_TYPE = 2
-  AND t.RDB$TRIGGER_NAME STARTING WITH 'SUBS$';
-
--- name: empty_trigger
-ALTER TRIGGER {trigger} AS BEGIN END;
-
 -- name: touch_trigger
 -- A metadata change that changes nothing, made after the real change has
 -- committed: see subscribers._settle_trigger.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from firebird.driver import Cursor, DatabaseError
@@ -21,20 +20,6 @@ from firebird.driver import Cursor, DatabaseError
 from . import queries, subscribers
 from .db import Database, read_text
 from .errors import SubsError
-from .triggers import MAX_KEY_CHARS
-
-
-def _keys_fit(cursor: Cursor) -> None:
-    """Version 5 narrows PK_KEY: refuse while longer keys are logged or can be."""
-    cursor.execute(queries.load("schema")["long_keys_logged"], (MAX_KEY_CHARS,))
-    (count,) = cursor.fetchone()
-    if count:
-        raise SubsError(
-            f"{count} event(s) in EVENT_LOG have a key longer than {MAX_KEY_CHARS} characters, "
-            "more than this version of subs logs; let the listener handle them (`subs purge` "
-            "removes dead ones), then run `subs init` again"
-        )
-    subscribers.check_keys_fit(cursor)
 
 
 @dataclass(frozen=True)
@@ -43,10 +28,6 @@ class Migration:
     separate: tuple[str, ...] = ()
     # The trigger text changed: regenerate every table's trigger with the version.
     regenerate_triggers: bool = False
-    # Refuses the upgrade (SubsError) before anything is changed.
-    check: Callable[[Cursor], None] | None = None
-    # Runs in the version's transaction before its blocks.
-    prepare: Callable[[Cursor], None] | None = None
 
 
 MIGRATIONS = (
@@ -54,8 +35,7 @@ MIGRATIONS = (
     Migration("schema_v2", separate=("add_key_hash", "index_key_hash"), regenerate_triggers=True),
     Migration("schema_v3", separate=("add_dead",)),
     Migration("schema_v4"),
-    Migration("schema_v5", separate=("add_key_text", "add_error_text"), regenerate_triggers=True,
-              check=_keys_fit, prepare=subscribers.empty_triggers),
+    Migration("schema_v5", separate=("add_error_text",)),
 )
 LATEST = len(MIGRATIONS)
 # Tries of a migration step that failed while a concurrent `subs init` ran.
@@ -102,10 +82,6 @@ def _migrate(db: Database, version: int, migration: Migration) -> int:
     """Install ``version``; returns the version installed now, which is
     higher when a concurrent `subs init` got further first."""
     blocks = queries.load(migration.file)
-    if migration.check is not None:
-        with db.transaction() as cursor:
-            if _recorded_version(cursor) < version:
-                migration.check(cursor)
     for name in migration.separate:
         _run_guarded(db, blocks[name])
 
@@ -113,8 +89,6 @@ def _migrate(db: Database, version: int, migration: Migration) -> int:
         recorded = _recorded_version(cursor)
         if recorded >= version:
             return recorded
-        if migration.prepare is not None:
-            migration.prepare(cursor)
         for name, statement in blocks.items():
             if name not in migration.separate and name != "record_version":
                 cursor.execute(statement)

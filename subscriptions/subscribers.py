@@ -32,8 +32,9 @@ from .identifiers import (
     split_names,
 )
 from .metadata import Table, find_table, load_table
-from .triggers import MAX_KEY_CHARS, TRIGGER_POSITION, Subscription, generate, probe, trigger_name
+from .triggers import TRIGGER_POSITION, Subscription, generate, probe, trigger_name
 
+MAX_KEY_CHARS = 4000
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
 _COLUMN_UNKNOWN = 335544578  # engine status code (isc_dsql_field_err)
 _MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
@@ -135,29 +136,6 @@ def regenerate_triggers(db: Database, cursor: Cursor) -> None:
     for name in _subscribed_tables(cursor):
         if find_table(cursor, quote(name)) is not None:
             _sync_trigger(db, cursor, load_table(cursor, quote(name)))
-
-
-def check_keys_fit(cursor: Cursor) -> None:
-    """Refuse a schema upgrade that would log a subscribed table's keys
-    longer than EVENT_LOG.PK_KEY now holds (the writer's insert would fail)."""
-    for name in _subscribed_tables(cursor):
-        if any(s.active for s in _for_table(cursor, name)) and find_table(cursor, quote(name)) is not None:
-            table = load_table(cursor, quote(name))
-            if key_capacity(table.key_columns) > MAX_KEY_CHARS:
-                raise SubsError(
-                    f"the primary key of {table.name} can be longer than {MAX_KEY_CHARS} characters, "
-                    "more than this version of subs logs; `subs remove` its subscriptions, "
-                    "then run `subs init` again"
-                )
-
-
-def empty_triggers(cursor: Cursor) -> None:
-    """Give every generated trigger an empty body, so that the upgrade's
-    transaction can drop EVENT_LOG columns they name; ``regenerate_triggers``
-    writes them again before it commits."""
-    cursor.execute(queries.load("subscribers")["log_triggers"])
-    for (name,) in cursor.fetchall():
-        cursor.execute(queries.load("subscribers")["empty_trigger"].format(trigger=quote(name)))
 
 
 def settle_all_triggers(db: Database) -> None:

@@ -19,8 +19,6 @@ EVENT_PREFIX = "subs:"
 TRIGGER_PREFIX = "SUBS$"
 # Run after the application's own AFTER triggers.
 TRIGGER_POSITION = 32000
-# EVENT_LOG.PK_KEY's width (schema v5): `subs add` refuses keys that can be longer.
-MAX_KEY_CHARS = 1000
 _CONTEXT_FLAG = {"I": "INSERTING", "U": "UPDATING", "D": "DELETING"}
 
 
@@ -135,7 +133,7 @@ def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
         f"CREATE OR ALTER TRIGGER {quote(name)} FOR {quote(table.name)}",
         f"ACTIVE AFTER {events} POSITION {TRIGGER_POSITION}",
         "AS",
-        f"DECLARE pk_key VARCHAR({MAX_KEY_CHARS}) CHARACTER SET UTF8;",
+        "DECLARE pk_key VARCHAR(4000) CHARACTER SET UTF8;",
         "DECLARE old_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
         "DECLARE new_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
         *(f"DECLARE {_matched(s)} BOOLEAN;" for s in active if _condition(s)),

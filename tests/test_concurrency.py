@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from subscriptions import subscribers
+from subscriptions import schema, subscribers
 from subscriptions.capture import decode
 from subscriptions.db import Database
 
@@ -105,3 +105,33 @@ def test_concurrent_adds_on_one_table_all_survive(settings):
     assert errors == []
     execute(settings, "INSERT INTO ORDERS (NOTE) VALUES ('x')")
     assert sorted(e["tag"] for e in events(settings)) == tags
+
+
+def test_upgrade_to_version_5_while_writers_insert(empty_settings):
+    """Version 5 drops and re-adds an EVENT_LOG column while the trigger keeps
+    inserting into the table: writers must neither fail nor lose an event.
+    (Dropping a column the trigger names made every writer's next insert fail
+    with "Column has been unexpectedly deleted" on both engines.)"""
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=4)
+        execute(empty_settings, TABLE)
+        subscribers.add(db, "orders", "I", "send_email")
+    subscribed, unused = threading.Event(), threading.Event()
+    subscribed.set()
+    writers = [Writer(empty_settings, subscribed, unused) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    while sum(len(w.committed) for w in writers) < 30:
+        threading.Event().wait(0.01)
+    assert Subs(empty_settings).ok("init").strip() == "upgraded schema from version 4 to 5"
+    upgraded = sum(len(w.committed) for w in writers)
+    while sum(len(w.committed) for w in writers) < upgraded + 60 and all(w.is_alive() for w in writers):
+        threading.Event().wait(0.01)
+    for writer in writers:
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+
+    ids = Counter(e["pk"]["ID"] for e in events(empty_settings))
+    assert set(ids) == {row for w in writers for row in w.committed}
+    assert max(ids.values()) == 1
