@@ -15,6 +15,8 @@ TABLE = '"Bücher"'
 LAST_ERROR_TYPE = """SELECT F.RDB$FIELD_TYPE FROM RDB$RELATION_FIELDS RF
 JOIN RDB$FIELDS F ON F.RDB$FIELD_NAME = RF.RDB$FIELD_SOURCE
 WHERE RF.RDB$RELATION_NAME = 'EVENT_LOG' AND RF.RDB$FIELD_NAME = 'LAST_ERROR'"""
+# The upgrade's temporary column, gone once it has finished.
+LAST_ERROR_TEXT_COLUMNS = "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'"
 
 
 def install_version_1(settings) -> None:
@@ -58,12 +60,17 @@ def test_version_1_is_upgraded_with_its_triggers_and_events(empty_settings):
     assert "rec" in subs.ok("list")
 
 
+def install_with_two_events(settings, version: int) -> None:
+    """install_version_1 upgraded to ``version``, then two rows inserted (events 1 and 2)."""
+    install_version_1(settings)
+    with Database(settings) as db:
+        schema.upgrade(db, target=version)
+    execute(settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
+    execute(settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+
+
 def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
-    install_version_1(empty_settings)
-    with Database(empty_settings) as db:
-        schema.upgrade(db, target=2)
-    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
-    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+    install_with_two_events(empty_settings, 2)
     execute(empty_settings, "UPDATE EVENT_LOG SET DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID = 1")
 
     assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 2 to {schema.LATEST}"
@@ -75,21 +82,17 @@ def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
 
 
 def test_version_4_keeps_last_errors_in_a_blob(empty_settings):
-    install_version_1(empty_settings)
-    with Database(empty_settings) as db:
-        schema.upgrade(db, target=4)
-    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (1, 'Dune')")
-    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma')")
+    install_with_two_events(empty_settings, 4)
     execute(empty_settings, "UPDATE EVENT_LOG SET LAST_ERROR = 'SMTP sagt nein: ü', "
                             "NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
 
     subs = Subs(empty_settings)
     assert subs.ok("init").strip() == f"upgraded schema from version 4 to {schema.LATEST}"
     assert query(empty_settings, LAST_ERROR_TYPE) == [(261,)]
-    assert query(empty_settings, "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'") == [(0,)]
+    assert query(empty_settings, LAST_ERROR_TEXT_COLUMNS) == [(0,)]
     failed = subs.ok("failed")
     assert "SMTP sagt nein: ü" in failed and '"ID": 1' in failed and '"ID": 2' not in failed
 
     # A second `subs init` that ran its first step after this one finished adds nothing.
     execute(empty_settings, queries.load("schema_v5")["add_error_text"])
-    assert query(empty_settings, "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'") == [(0,)]
+    assert query(empty_settings, LAST_ERROR_TEXT_COLUMNS) == [(0,)]
