@@ -161,7 +161,7 @@ DECLARE I INTEGER = 0;
 BEGIN
     WHILE (I < N) DO
     BEGIN
-        INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, NEW_VALUES)
+        INSERT INTO EVENT_LOG (SUB_ID, ROW_KEY, NEW_VALUES)
         VALUES (:SUB, '2:IDi' || CHAR_LENGTH(:I) || ':' || :I,
                 '2:IDi' || CHAR_LENGTH(:I) || ':' || :I || '4:NAMEs9:item name8:SLEEP_MSi1:0');
         I = I + 1;

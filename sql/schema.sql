@@ -18,3 +18,16 @@ WHERE RDB$RELATION_NAME IN ('EVENT_SUBSCRIBER', 'EVENT_LOG', 'EVENT_LEASE');
 
 -- name: engine_version
 SELECT RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') FROM RDB$DATABASE;
+
+-- name: long_keys_logged
+-- Events whose key is longer than ROW_KEY (schema version 6) holds.
+SELECT COUNT(*) FROM EVENT_LOG WHERE CHAR_LENGTH(PK_KEY) > ?;
+
+-- name: active_subscriptions
+SELECT COUNT(*) FROM EVENT_SUBSCRIBER WHERE ACTIVE;
+
+-- name: oldest_active_transaction
+-- The oldest transaction still open (as the engine last worked it out: on a
+-- database younger than about 100 transactions, Firebird 5 reports 1), and
+-- this one.
+SELECT MON$OLDEST_ACTIVE, CURRENT_TRANSACTION FROM MON$DATABASE;

@@ -32,9 +32,8 @@ from .identifiers import (
     split_names,
 )
 from .metadata import Table, find_table, load_table
-from .triggers import TRIGGER_POSITION, Subscription, generate, probe, trigger_name
+from .triggers import KEY_COLUMN, MAX_KEY_CHARS, TRIGGER_POSITION, Subscription, generate, probe, trigger_name
 
-MAX_KEY_CHARS = 4000
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
 _COLUMN_UNKNOWN = 335544578  # engine status code (isc_dsql_field_err)
 _MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
@@ -94,7 +93,7 @@ def _trigger_exists(cursor: Cursor, name: str) -> bool:
     return bool(cursor.fetchone()[0])
 
 
-def _sync_trigger(db: Database, cursor: Cursor, table: Table) -> None:
+def _sync_trigger(db: Database, cursor: Cursor, table: Table, key_column: str = KEY_COLUMN) -> None:
     """Regenerate the table's trigger from its active subscriptions, or switch
     it off when none is left (``_settle_trigger`` drops it)."""
     sql = queries.load("subscribers")
@@ -104,7 +103,7 @@ def _sync_trigger(db: Database, cursor: Cursor, table: Table) -> None:
         for subscription in active:
             if subscription.when:
                 check_condition(subscription.when)
-        cursor.execute(generate(table, active, _trigger_name(db, table.name)))
+        cursor.execute(generate(table, active, _trigger_name(db, table.name), key_column))
         cursor.execute(sql["grant_insert"].format(trigger=name))
     elif _trigger_exists(cursor, _trigger_name(db, table.name)):
         cursor.execute(sql["deactivate_trigger"].format(trigger=name))
@@ -130,12 +129,26 @@ def _settle_trigger(db: Database, cursor: Cursor, table: str) -> None:
     cursor.execute(statement)
 
 
-def regenerate_triggers(db: Database, cursor: Cursor) -> None:
+def regenerate_triggers(db: Database, cursor: Cursor, key_column: str) -> None:
     """Rewrite the trigger of every subscribed table (a schema upgrade changed
     what triggers write); runs in the upgrade's transaction."""
     for name in _subscribed_tables(cursor):
         if find_table(cursor, quote(name)) is not None:
-            _sync_trigger(db, cursor, load_table(cursor, quote(name)))
+            _sync_trigger(db, cursor, load_table(cursor, quote(name)), key_column)
+
+
+def check_keys_fit(cursor: Cursor) -> None:
+    """Refuse a schema upgrade that would leave a subscribed table whose keys
+    can be longer than EVENT_LOG.ROW_KEY holds (its writers' inserts would fail)."""
+    for name in _subscribed_tables(cursor):
+        if any(s.active for s in _for_table(cursor, name)) and find_table(cursor, quote(name)) is not None:
+            table = load_table(cursor, quote(name))
+            if key_capacity(table.key_columns) > MAX_KEY_CHARS:
+                raise SubsError(
+                    f"the primary key of {table.name} can be longer than {MAX_KEY_CHARS} characters, "
+                    "more than this version of subs logs; `subs remove` its subscriptions, "
+                    "then run `subs init` again"
+                )
 
 
 def settle_all_triggers(db: Database) -> None:

@@ -19,6 +19,10 @@ EVENT_PREFIX = "subs:"
 TRIGGER_PREFIX = "SUBS$"
 # Run after the application's own AFTER triggers.
 TRIGGER_POSITION = 32000
+# EVENT_LOG.ROW_KEY's width: `subs add` refuses tables whose key can be longer.
+MAX_KEY_CHARS = 1000
+# The EVENT_LOG column keys are logged into (PK_KEY before schema version 6).
+KEY_COLUMN = "ROW_KEY"
 _CONTEXT_FLAG = {"I": "INSERTING", "U": "UPDATING", "D": "DELETING"}
 
 
@@ -64,7 +68,7 @@ def _condition(subscription: Subscription) -> str | None:
 
 def _capture(table: Table, action: str) -> list[str]:
     key_context = "OLD" if action == "D" else "NEW"
-    lines = [f"pk_key = {row_expression(table.key_columns, key_context)};"]
+    lines = [f"row_key = {row_expression(table.key_columns, key_context)};"]
     if action in "UD":
         lines.append(f"old_values = {row_expression(table.columns, 'OLD')};")
     if action in "IU":
@@ -86,18 +90,18 @@ def _evaluate(condition: str) -> str:
 def key_hash(subscription: Subscription) -> str:
     """The event's ordering group for ``--key-order``: table, tag and key.
     Must stay equal to ``backfill_key_hash`` in sql/schema_v2.sql."""
-    return f"HASH({literal(subscription.table + '|' + subscription.tag + '|')} || :pk_key)"
+    return f"HASH({literal(subscription.table + '|' + subscription.tag + '|')} || :row_key)"
 
 
-def _log(subscription: Subscription) -> list[str]:
+def _log(subscription: Subscription, key_column: str) -> list[str]:
     return [
-        "INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, KEY_HASH, OLD_VALUES, NEW_VALUES)",
-        f"VALUES ({int(subscription.sub_id)}, :pk_key, {key_hash(subscription)}, :old_values, :new_values);",
+        f"INSERT INTO EVENT_LOG (SUB_ID, {key_column}, KEY_HASH, OLD_VALUES, NEW_VALUES)",
+        f"VALUES ({int(subscription.sub_id)}, :row_key, {key_hash(subscription)}, :old_values, :new_values);",
         f"POST_EVENT {literal(event_name(subscription.tag))};",
     ]
 
 
-def _action_block(table: Table, action: str, subscriptions: list[Subscription]) -> list[str]:
+def _action_block(table: Table, action: str, subscriptions: list[Subscription], key_column: str) -> list[str]:
     """Evaluate each condition once, capture the row once if anything matched,
     then log one event per matching subscription."""
     conditional = [s for s in subscriptions if _condition(s)]
@@ -112,9 +116,9 @@ def _action_block(table: Table, action: str, subscriptions: list[Subscription]) 
         lines.append(f"-- subscription {int(subscription.sub_id)}: {subscription.tag}")
         if subscription in conditional:
             condition = f"{_matched(subscription)} IS TRUE"
-            lines += [f"IF ({condition}) THEN", "BEGIN", *_indent(_log(subscription)), "END"]
+            lines += [f"IF ({condition}) THEN", "BEGIN", *_indent(_log(subscription, key_column)), "END"]
         else:
-            lines += _log(subscription)
+            lines += _log(subscription, key_column)
     return lines
 
 
@@ -122,8 +126,9 @@ def _indent(lines: list[str], depth: int = 1) -> list[str]:
     return ["    " * depth + line for line in lines]
 
 
-def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
-    """CREATE OR ALTER TRIGGER text for ``table`` and its active subscriptions."""
+def generate(table: Table, subscriptions: list[Subscription], name: str, key_column: str = KEY_COLUMN) -> str:
+    """CREATE OR ALTER TRIGGER text for ``table`` and its active subscriptions
+    (``key_column``: for schema upgrades that regenerate triggers at an older version)."""
     active = sorted((s for s in subscriptions if s.active), key=lambda s: s.sub_id)
     actions = [a for a in ACTIONS if any(s.action == a for s in active)]
     if not actions:
@@ -133,14 +138,14 @@ def generate(table: Table, subscriptions: list[Subscription], name: str) -> str:
         f"CREATE OR ALTER TRIGGER {quote(name)} FOR {quote(table.name)}",
         f"ACTIVE AFTER {events} POSITION {TRIGGER_POSITION}",
         "AS",
-        "DECLARE pk_key VARCHAR(4000) CHARACTER SET UTF8;",
+        f"DECLARE row_key VARCHAR({MAX_KEY_CHARS}) CHARACTER SET UTF8;",
         "DECLARE old_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
         "DECLARE new_values BLOB SUB_TYPE TEXT CHARACTER SET UTF8;",
         *(f"DECLARE {_matched(s)} BOOLEAN;" for s in active if _condition(s)),
         "BEGIN",
     ]
     for action in actions:
-        block = _action_block(table, action, [s for s in active if s.action == action])
+        block = _action_block(table, action, [s for s in active if s.action == action], key_column)
         lines += _indent([f"IF ({_CONTEXT_FLAG[action]}) THEN", "BEGIN", *_indent(block), "END"])
     lines.append("END")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ TABLES = (
     "NAME VARCHAR(20), YEAR_RELEASED INTEGER)",
     "CREATE TABLE NO_KEY (A INTEGER)",
     "CREATE TABLE BINARY_KEY (K VARCHAR(8) CHARACTER SET OCTETS NOT NULL PRIMARY KEY)",
+    "CREATE TABLE LONG_KEY (K VARCHAR(1000) CHARACTER SET WIN1252 NOT NULL PRIMARY KEY)",
     "CREATE VIEW LANGUAGE_NAMES AS SELECT NAME FROM LANGUAGES",
 )
 
@@ -74,6 +75,7 @@ REFUSED = {
     "when with an open paren": (["add", "languages", "I", "t", "--when", "(NEW.NAME = 'x'"], "unbalanced '('"),
     "empty when": (["add", "languages", "I", "t", "--when", " "], "it is empty"),
     "binary key": (["add", "binary_key", "I", "t"], "cannot capture"),
+    "key longer than EVENT_LOG holds": (["add", "long_key", "I", "t"], "more than 1000 characters"),
     "remove unknown": (["remove", "languages", "I", "nobody"], "is not subscribed"),
     "remove bad actions": (["remove", "languages", "x", "t"], "ACTIONS must be"),
 }

@@ -9,7 +9,7 @@ from subscriptions.claims import Claimer, load_targets
 from subscriptions.db import Database
 from subscriptions.metadata import load_table
 
-from conftest import Subs, execute, query, queue_index_segments
+from conftest import Subs, assert_one_line_error, execute, query, queue_index_segments
 
 TABLE = '"Bücher"'
 LAST_ERROR_TYPE = """SELECT F.RDB$FIELD_TYPE FROM RDB$RELATION_FIELDS RF
@@ -17,6 +17,12 @@ JOIN RDB$FIELDS F ON F.RDB$FIELD_NAME = RF.RDB$FIELD_SOURCE
 WHERE RF.RDB$RELATION_NAME = 'EVENT_LOG' AND RF.RDB$FIELD_NAME = 'LAST_ERROR'"""
 # The upgrade's temporary column, gone once it has finished.
 LAST_ERROR_TEXT_COLUMNS = "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$FIELD_NAME = 'LAST_ERROR_TEXT'"
+# The key columns of EVENT_LOG: width and NOT NULL.
+KEY_COLUMNS = """SELECT TRIM(RF.RDB$FIELD_NAME), F.RDB$CHARACTER_LENGTH, COALESCE(RF.RDB$NULL_FLAG, 0)
+FROM RDB$RELATION_FIELDS RF JOIN RDB$FIELDS F ON F.RDB$FIELD_NAME = RF.RDB$FIELD_SOURCE
+WHERE RF.RDB$RELATION_NAME = 'EVENT_LOG' AND RF.RDB$FIELD_NAME IN ('PK_KEY', 'ROW_KEY')"""
+KEYS = "SELECT EVENT_ID, ROW_KEY FROM EVENT_LOG ORDER BY EVENT_ID"
+VERSION = "SELECT EVENT_SCHEMA_VERSION() FROM RDB$DATABASE"
 
 
 def install_version_1(settings) -> None:
@@ -96,3 +102,54 @@ def test_version_4_keeps_last_errors_in_a_blob(empty_settings):
     # A second `subs init` that ran its first step after this one finished adds nothing.
     execute(empty_settings, queries.load("schema_v5")["add_error_text"])
     assert query(empty_settings, LAST_ERROR_TEXT_COLUMNS) == [(0,)]
+
+
+def test_version_5_keys_move_to_the_narrower_row_key(empty_settings):
+    install_with_two_events(empty_settings, 5)
+
+    assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 5 to {schema.LATEST}"
+    assert query(empty_settings, KEY_COLUMNS) == [("ROW_KEY", 1000, 1)]
+    # The regenerated trigger logs into ROW_KEY.
+    execute(empty_settings, f"UPDATE {TABLE} SET TITLE = 'Dune!' WHERE ID = 1")
+    assert query(empty_settings, KEYS) == [(1, "2:IDi1:1"), (2, "2:IDi1:2"), (3, "2:IDi1:1")]
+
+
+def test_version_5_with_a_longer_key_logged_is_not_upgraded(empty_settings):
+    install_with_two_events(empty_settings, 5)
+    execute(empty_settings, "UPDATE EVENT_LOG SET PK_KEY = ? WHERE EVENT_ID = 2", params=("k" * 1001,))
+
+    error = assert_one_line_error(Subs(empty_settings)("init"), "1 event(s) in EVENT_LOG have a key longer than 1000")
+    assert "subs init" in error
+    assert query(empty_settings, VERSION) == [(5,)]
+    assert query(empty_settings, KEY_COLUMNS) == [("PK_KEY", 4000, 1)]
+
+
+def test_version_5_with_a_table_whose_key_can_be_longer_is_not_upgraded(empty_settings):
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=5)
+    execute(empty_settings, "CREATE TABLE LONG_KEY (K VARCHAR(1000) CHARACTER SET WIN1252 NOT NULL PRIMARY KEY)")
+    execute(empty_settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('LONG_KEY', 'I', 'x')")
+
+    assert_one_line_error(Subs(empty_settings)("init"), "primary key of LONG_KEY can be longer than 1000", "subs remove")
+    assert query(empty_settings, VERSION) == [(5,)]
+    assert query(empty_settings, KEY_COLUMNS) == [("PK_KEY", 4000, 1)]
+
+
+def test_upgrade_waits_for_a_transaction_that_logged_the_old_way(empty_settings, monkeypatch):
+    """An application transaction that logged an event through the version 5
+    trigger and is still open holds up version 7, which would otherwise drop
+    the column its event's key is in."""
+    install_with_two_events(empty_settings, 5)
+    monkeypatch.setattr(schema, "OLDER_TRANSACTIONS_WAIT", 1.0)
+    with Database(empty_settings) as application:
+        application.connection.begin()
+        with application.connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {TABLE} VALUES (3, 'Ulysses')")
+
+        assert_one_line_error(Subs(empty_settings)("init"), "began before this upgrade and is still open",
+                              "run `subs init` again")
+        assert query(empty_settings, VERSION) == [(6,)]
+        application.connection.commit()
+
+    assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 6 to {schema.LATEST}"
+    assert query(empty_settings, KEYS) == [(1, "2:IDi1:1"), (2, "2:IDi1:2"), (3, "2:IDi1:3")]

@@ -37,7 +37,7 @@ def test_conditions_are_evaluated_once_and_gate_the_capture():
     assert 'matched_7 = IIF((NEW."NOTE" IS DISTINCT FROM OLD."NOTE"), TRUE, FALSE);' in text
     assert "matched_8 = IIF((NEW.ID > 10), TRUE, FALSE);" in text
     assert "IF (matched_7 IS TRUE OR matched_8 IS TRUE) THEN" in text
-    assert text.count("pk_key = ") == 1
+    assert text.count("row_key = ") == 1
 
 
 def test_columns_only_filter_updates():
