@@ -32,8 +32,9 @@ class Migration:
     file: str
     separate: tuple[str, ...] = ()
     # The trigger text changed: regenerate every table's trigger with the
-    # version, logging keys into this EVENT_LOG column (which version 6
-    # renamed), then make every attachment reload it (subscribers.settle_all_triggers).
+    # version, logging keys into this EVENT_LOG column (PK_KEY until version
+    # 6 moved them to ROW_KEY), then make every attachment reload it
+    # (subscribers.settle_all_triggers).
     regenerate_triggers: str | None = None
     # Refuses the upgrade (SubsError) before anything is changed.
     check: Callable[[Cursor], None] | None = None
@@ -163,7 +164,8 @@ def _wait_for_older_transactions(db: Database) -> None:
 
     Such a transaction may have logged events through a trigger of the
     previous version that the next steps cannot see yet (uncommitted).
-    Transactions that begin later use the triggers already settled."""
+    Transactions that begin later use the triggers already settled. Without
+    an active subscription no trigger logged anything: nothing to wait for."""
     sql = queries.load("schema")
     with db.transaction() as cursor:
         cursor.execute(sql["active_subscriptions"])
