@@ -170,7 +170,7 @@ def _wait_for_older_transactions(db: Database) -> None:
     with db.transaction() as cursor:
         cursor.execute(sql["active_subscriptions"])
         if not cursor.fetchone()[0]:
-            return  # no trigger that could have logged anything
+            return
         cursor.execute(sql["oldest_active_transaction"])
         oldest, marker = cursor.fetchone()
     deadline = time.monotonic() + OLDER_TRANSACTIONS_WAIT
