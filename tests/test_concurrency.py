@@ -108,9 +108,9 @@ def test_concurrent_adds_on_one_table_all_survive(settings):
 
 
 def test_upgrade_while_writers_insert(empty_settings):
-    """Versions 5 to 7 drop, add and swap EVENT_LOG columns while the trigger
-    keeps inserting into the table: writers must neither fail nor lose an
-    event or its key. (Dropping a column the trigger names made every writer's
+    """Versions 5 to 7 add, fill and drop EVENT_LOG columns and switch the
+    trigger to a new one while it keeps inserting into the table: writers must
+    neither fail nor lose an event or its key. (Dropping a column the trigger names made every writer's
     next insert fail with "Column has been unexpectedly deleted" on both engines.)"""
     with Database(empty_settings) as db:
         schema.upgrade(db, target=4)
