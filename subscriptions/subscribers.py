@@ -141,14 +141,15 @@ def check_keys_fit(cursor: Cursor) -> None:
     """Refuse a schema upgrade that would leave a subscribed table whose keys
     can be longer than EVENT_LOG.ROW_KEY holds (its writers' inserts would fail)."""
     for name in _subscribed_tables(cursor):
-        if any(s.active for s in _for_table(cursor, name)) and find_table(cursor, quote(name)) is not None:
-            table = load_table(cursor, quote(name))
-            if key_capacity(table.key_columns) > MAX_KEY_CHARS:
-                raise SubsError(
-                    f"the primary key of {table.name} can be longer than {MAX_KEY_CHARS} characters, "
-                    "more than this version of subs logs; `subs remove` its subscriptions, "
-                    "then run `subs init` again"
-                )
+        if not any(s.active for s in _for_table(cursor, name)) or find_table(cursor, quote(name)) is None:
+            continue
+        table = load_table(cursor, quote(name))
+        if _key_too_long(table):
+            raise SubsError(
+                f"the primary key of {table.name} can be longer than {MAX_KEY_CHARS} characters, "
+                "more than this version of subs logs; `subs remove` its subscriptions, "
+                "then run `subs init` again"
+            )
 
 
 def settle_all_triggers(db: Database) -> None:
@@ -252,11 +253,16 @@ def _check_key(table: Table) -> None:
             f"primary key column(s) {', '.join(uncaptured)} of {table.name} have a type subs "
             "cannot capture (binary BLOB or binary string not 16 bytes long)"
         )
-    if key_capacity(table.key_columns) > MAX_KEY_CHARS:
+    if _key_too_long(table):
         raise SubsError(
             f"the primary key of {table.name} is too long to capture "
             f"(more than {MAX_KEY_CHARS} characters)"
         )
+
+
+def _key_too_long(table: Table) -> bool:
+    """Its captured key can be longer than EVENT_LOG.ROW_KEY holds."""
+    return key_capacity(table.key_columns) > MAX_KEY_CHARS
 
 
 def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
