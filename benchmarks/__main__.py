@@ -38,12 +38,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one repeat (the smoke test)")
     parser.add_argument("--repeat", type=int, help="runs per case [default: 3, with --quick 1]")
-    parser.add_argument("--engine", choices=[*ENGINE_NAMES, "both"], default="both",
-                        help="embedded Firebird 5, the Firebird 3 server, or both [default: both]")
+    parser.add_argument(
+        "--engine",
+        choices=[*ENGINE_NAMES, "both"],
+        default="both",
+        help="embedded Firebird 5, the Firebird 3 server, or both [default: both]",
+    )
     parser.add_argument("--only", help="comma-separated workloads, e.g. W1,W3 [default: all]")
-    parser.add_argument("--time-limit", type=float,
-                        help="seconds after which one W1 case run is stopped and its rate taken over what it "
-                             "handled; 0 for none [default: 10, with --quick 30]")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        help="seconds after which one W1 case run is stopped and its rate taken over what it "
+        "handled; 0 for none [default: 10, with --quick 30]",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"[default: {DEFAULT_JSON}]")
     parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     args = parser.parse_args(argv)

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from click.testing import CliRunner
 
 from subscriptions.cli import cli
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
-from subscriptions.queries import parse
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.db.sql import parse
 
 from . import PACKAGE_DIR
 from .engines import Engine
@@ -36,8 +36,12 @@ def execute(settings: ConnectionSettings, *names: str, params: tuple = ()) -> No
 def subs(settings: ConnectionSettings, *args: str) -> str:
     """One ``subs`` command on this database through its click CLI, the
     password passed in ISC_PASSWORD as the README recommends."""
-    env = {"ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or "",
-           "SUBS_CONFIG": None, "SUBS_PLUGINS": None}
+    env = {
+        "ISC_USER": settings.effective_user,
+        "ISC_PASSWORD": settings.password or "",
+        "SUBS_CONFIG": None,
+        "SUBS_PLUGINS": None,
+    }
     result = CliRunner().invoke(cli, ["-d", settings.dsn, *args], env=env)
     if result.exit_code != 0:
         raise RuntimeError(f"subs {' '.join(args)} failed: {result.output}{result.stderr}")
@@ -63,8 +67,7 @@ def insert_items(settings: ConnectionSettings, count: int, first_id: int = 1) ->
 def insert_sleepy_items(settings: ConnectionSettings, sleeps_ms: Sequence[int]) -> None:
     """One row per sleep, in one transaction; the handler sleeps that long."""
     with Database(settings) as db, db.transaction() as cursor:
-        cursor.executemany(sql()["items_insert"],
-                           [(key, f"item {key}", ms) for key, ms in enumerate(sleeps_ms, 1)])
+        cursor.executemany(sql()["items_insert"], [(key, f"item {key}", ms) for key, ms in enumerate(sleeps_ms, 1)])
 
 
 def pending(settings: ConnectionSettings) -> int:

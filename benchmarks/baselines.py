@@ -9,7 +9,7 @@ descriptions (the seed articles), as plainly as their authors wrote them.
 3. The Firebird 5 SKIP LOCKED task queue: four processes, each taking the
    first unstarted task, marking it started, running it, writing its status.
 
-Each process attaches through subscriptions.db.Database (which loads the
+Each process attaches through subscriptions.db.connection.Database (which loads the
 embedded engine); the multi-process ones are started with spawn, since a
 forked copy of a process with the engine loaded hangs.
 """
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 from firebird.driver import DatabaseError, Isolation, tpb
 
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database, is_conflict
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import is_conflict
+from subscriptions.db.settings import ConnectionSettings
 
 from .app import execute, sql
 
@@ -62,13 +63,20 @@ class Result:
     tasks: list[tuple[int, int, int]]
     stagger: float  # seconds from the first process's first row to the last process's
 
+
 def combine(reports: Sequence[Report], wall: float) -> Result:
     firsts = [r.first for r in reports if r.first is not None]
     lasts = [r.last for r in reports if r.last is not None]
     span = (max(lasts) - min(firsts)) / 1e9 if firsts and lasts else 0.0
     stagger = (max(firsts) - min(firsts)) / 1e9 if firsts else 0.0
-    return Result(sum(r.processed for r in reports), sum(r.conflicts for r in reports), span, wall,
-                  [task for r in reports for task in r.tasks], stagger)
+    return Result(
+        sum(r.processed for r in reports),
+        sum(r.conflicts for r in reports),
+        span,
+        wall,
+        [task for r in reports for task in r.tasks],
+        stagger,
+    )
 
 
 def naive_schema(settings: ConnectionSettings) -> int:
@@ -183,13 +191,16 @@ def skip_locked(settings: ConnectionSettings, deadline: float) -> Result:
     return _processes(B3_PROCESSES, skip_locked_worker, settings, None, deadline)
 
 
-def _processes(count: int, worker: Callable[..., Report], settings: ConnectionSettings,
-               argument: int | None, deadline: float) -> Result:
+def _processes(
+    count: int, worker: Callable[..., Report], settings: ConnectionSettings, argument: int | None, deadline: float
+) -> Result:
     """Run ``count`` spawned processes of ``worker``; baseline 3 gets each its worker id."""
     began = time.monotonic()
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        futures = [pool.submit(worker, settings, argument if argument is not None else index, deadline)
-                   for index in range(1, count + 1)]
+        futures = [
+            pool.submit(worker, settings, argument if argument is not None else index, deadline)
+            for index in range(1, count + 1)
+        ]
         reports = [future.result() for future in futures]
     return combine(reports, time.monotonic() - began)

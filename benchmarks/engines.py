@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 from types import ModuleType
 
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
 
 from . import REPO_ROOT
 

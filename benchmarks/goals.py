@@ -32,25 +32,56 @@ def goals(sizes: Sizes) -> list[Goal]:
     batch = f" --batch {sizes.w1_batch}"
     return [
         Goal("W1", "subs ordered >= 10x baseline 1", w1.ORDERED, "x baseline 1", ">=", 10),
-        Goal("W1", f"(with --batch {sizes.w1_batch}) subs ordered >= 10x baseline 1",
-             w1.ORDERED + batch, "x baseline 1", ">=", 10),
+        Goal(
+            "W1",
+            f"(with --batch {sizes.w1_batch}) subs ordered >= 10x baseline 1",
+            w1.ORDERED + batch,
+            "x baseline 1",
+            ">=",
+            10,
+        ),
         Goal("W1", f"subs parallel ({sizes.workers}) >= 1.0x subs ordered", parallel, w1.SAME_BATCH, ">=", 1.0),
-        Goal("W1", f"(with --batch {sizes.w1_batch}) subs parallel >= 1.0x subs ordered",
-             parallel + batch, w1.SAME_BATCH, ">=", 1.0),
+        Goal(
+            "W1",
+            f"(with --batch {sizes.w1_batch}) subs parallel >= 1.0x subs ordered",
+            parallel + batch,
+            w1.SAME_BATCH,
+            ">=",
+            1.0,
+        ),
         Goal("W1", "subs parallel: 0 conflicts (every repeat)", parallel, "conflicts", "<=", 0, "max"),
-        Goal("W1", f"(with --batch {sizes.w1_batch}) subs parallel: 0 conflicts (every repeat)",
-             parallel + batch, "conflicts", "<=", 0, "max"),
+        Goal(
+            "W1",
+            f"(with --batch {sizes.w1_batch}) subs parallel: 0 conflicts (every repeat)",
+            parallel + batch,
+            "conflicts",
+            "<=",
+            0,
+            "max",
+        ),
         Goal("W1", "baseline 2 is slower than baseline 1 (expected)", w1.BASELINE_2, "x baseline 1", "<", 1.0),
         Goal("W2", "subs span <= 1.15x ideal", parallel, "x ideal", "<=", 1.15),
         Goal("W3", "p50 <= 5 ms", "idle listener", "p50", "<=", 5),
         Goal("W3", "p99 <= 50 ms", "idle listener", "p99", "<=", 50),
-        Goal("W4", "one subscription <= 1.25x plain table (client inserts)", "1 subscription",
-             "x plain, client inserts", "<=", 1.25),
+        Goal(
+            "W4",
+            "one subscription <= 1.25x plain table (client inserts)",
+            "1 subscription",
+            "x plain, client inserts",
+            "<=",
+            1.25,
+        ),
         Goal("W5", "ordered claim <= 1.2x fresh", "claim_head (ordered)", "x fresh", "<=", 1.2),
         Goal("W5", "parallel claim <= 1.2x fresh", "claim (parallel)", "x fresh", "<=", 1.2),
         Goal("W5", "W1 drain (subs ordered): time per event <= 1.2x fresh", "subs ordered", "x fresh", "<=", 1.2),
-        Goal("W6", "listener RSS flat within 10% after warm-up", "listener (all processes)",
-             "growth after warm-up", "<=", 10),
+        Goal(
+            "W6",
+            "listener RSS flat within 10% after warm-up",
+            "listener (all processes)",
+            "growth after warm-up",
+            "<=",
+            10,
+        ),
     ]
 
 
@@ -63,9 +94,19 @@ def evaluate(sizes: Sizes, summaries: list[Summary]) -> list[dict[str, object]]:
             if (workload, case, metric) != (goal.workload, goal.case, goal.metric):
                 continue
             value, passed = goal.check(summary)
-            verdicts.append({
-                "workload": goal.workload, "engine": engine, "goal": goal.text, "case": goal.case,
-                "metric": goal.metric, "stat": goal.stat, "value": value, "op": goal.op,
-                "target": goal.target, "unit": summary.unit, "passed": passed,
-            })
+            verdicts.append(
+                {
+                    "workload": goal.workload,
+                    "engine": engine,
+                    "goal": goal.text,
+                    "case": goal.case,
+                    "metric": goal.metric,
+                    "stat": goal.stat,
+                    "value": value,
+                    "op": goal.op,
+                    "target": goal.target,
+                    "unit": summary.unit,
+                    "passed": passed,
+                }
+            )
     return verdicts

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from subscriptions.config import ConnectionSettings
+from subscriptions.db.settings import ConnectionSettings
 
 from . import PACKAGE_DIR, PYTHON
 from .app import pending
@@ -95,8 +95,9 @@ class Listener:
             self.started = time.monotonic()
             # cwd: the run's own directory, so no subs.toml of the user applies;
             # a session of its own, so a failed run can end the workers with it.
-            self.process = subprocess.Popen(command, env=env, cwd=run, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                command, env=env, cwd=run, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def __enter__(self) -> Listener:
         return self
@@ -112,8 +113,12 @@ class Listener:
         return self.process.pid
 
     def handled(self) -> list[Handled]:
-        return [Handled(*map(int, line.split()), int(path.stem))
-                for path in self.records.glob("*.rec") for line in path.read_text().splitlines() if line]
+        return [
+            Handled(*map(int, line.split()), int(path.stem))
+            for path in self.records.glob("*.rec")
+            for line in path.read_text().splitlines()
+            if line
+        ]
 
     def count(self) -> int:
         return sum(path.read_bytes().count(b"\n") for path in self.records.glob("*.rec"))
@@ -145,8 +150,12 @@ class Listener:
         left = pending(settings)
         if left:
             logged = "; ".join(dict.fromkeys(line.split(" ", 2)[-1] for line in problems(self.log())))
-            recorder.note(workload, engine, f"subs listen {' '.join(self.args)} exited with {left:,} event(s) "
-                          f"still in the log; it logged: {logged or 'nothing'}")
+            recorder.note(
+                workload,
+                engine,
+                f"subs listen {' '.join(self.args)} exited with {left:,} event(s) "
+                f"still in the log; it logged: {logged or 'nothing'}",
+            )
         return left
 
     def _outcome(self, capped: bool) -> Outcome:

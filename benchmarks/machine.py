@@ -11,8 +11,8 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from subscriptions import runtime
-from subscriptions.db import Database
+from subscriptions.db import runtime
+from subscriptions.db.connection import Database
 
 from . import REPO_ROOT
 from .engines import Engine
@@ -43,8 +43,11 @@ def _disk(path: Path) -> dict[str, object]:
     rotational = Path(f"/sys/block/{Path(device).name}/queue/rotational")
     usage = shutil.disk_usage(path)
     return {
-        "device": device, "mount": mount, "filesystem": fstype,
-        "size_gib": round(usage.total / 2**30), "free_gib": round(usage.free / 2**30),
+        "device": device,
+        "mount": mount,
+        "filesystem": fstype,
+        "size_gib": round(usage.total / 2**30),
+        "free_gib": round(usage.free / 2**30),
         "rotational (as the kernel reports it)": rotational.read_text().strip() if rotational.exists() else "?",
     }
 
@@ -65,15 +68,22 @@ def _engine(engine: Engine) -> dict[str, object]:
             version = ".".join(map(str, db.engine_version))
     finally:
         engine.drop(settings)
-    return {"title": engine.title, "version": version, "server_mode": server_mode(engine),
-            "forced_writes": bool(forced_writes), "page_size": page_size, "database_dir": str(engine.directory)}
+    return {
+        "title": engine.title,
+        "version": version,
+        "server_mode": server_mode(engine),
+        "forced_writes": bool(forced_writes),
+        "page_size": page_size,
+        "database_dir": str(engine.directory),
+    }
 
 
 def revision() -> str:
     """The subs commit measured (``-dirty``: with uncommitted changes to tracked files)."""
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
 

@@ -39,8 +39,7 @@ def _measured(verdict: dict) -> str:
 
 
 def _goal_rows(verdicts: Sequence[dict]) -> list[list[str]]:
-    return [[v["workload"], v["engine"], v["goal"], _measured(v), "PASS" if v["passed"] else "FAIL"]
-            for v in verdicts]
+    return [[v["workload"], v["engine"], v["goal"], _measured(v), "PASS" if v["passed"] else "FAIL"] for v in verdicts]
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
@@ -64,8 +63,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _load_line(data: dict) -> str:
     load = data.get("load_average_1min_per_workload") or {}
-    return "1-minute load average before/after each workload (2 cores; other work on the machine shows here): " + \
-        ", ".join(f"{key} {before:.1f}/{after:.1f}" for key, (before, after) in load.items())
+    return (
+        "1-minute load average before/after each workload (2 cores; other work on the machine shows here): "
+        + ", ".join(f"{key} {before:.1f}/{after:.1f}" for key, (before, after) in load.items())
+    )
 
 
 def render_text(data: dict) -> str:
@@ -85,7 +86,11 @@ def render_text(data: dict) -> str:
 def render_markdown(data: dict) -> str:
     summaries = [Summary(**{k: v for k, v in s.items() if k != "n"}) for s in data["results"]]
     parts = [f"- **{name}**: {text}" for name, text in data["workloads"].items()] + [
-        "", markdown_table(_HEADER, _rows(summaries)), "", markdown_table(_GOAL_HEADER, _goal_rows(data["goals"]))]
+        "",
+        markdown_table(_HEADER, _rows(summaries)),
+        "",
+        markdown_table(_GOAL_HEADER, _goal_rows(data["goals"])),
+    ]
     if data["notes"]:
         parts += [""] + [f"- {n['workload']} {n['engine']}: {n['text']}" for n in data["notes"]]
     return "\n".join(parts + ["", _load_line(data)]) + "\n"

@@ -52,8 +52,17 @@ def summarize(samples: Iterable[Sample]) -> list[Summary]:
     for (workload, engine, case, metric), group in groups.items():
         values = tuple(s.value for s in group)
         summaries.append(
-            Summary(workload, engine, case, metric, group[0].unit,
-                    statistics.median(values), min(values), max(values), values)
+            Summary(
+                workload,
+                engine,
+                case,
+                metric,
+                group[0].unit,
+                statistics.median(values),
+                min(values),
+                max(values),
+                values,
+            )
         )
     return summaries
 
@@ -76,8 +85,7 @@ class Recorder:
         self.samples: list[Sample] = []
         self.notes: list[dict[str, str]] = []
 
-    def add(self, workload: str, engine: str, case: str, metric: str, unit: str, value: float,
-            repeat: int = 0) -> None:
+    def add(self, workload: str, engine: str, case: str, metric: str, unit: str, value: float, repeat: int = 0) -> None:
         self.samples.append(Sample(workload, engine, case, metric, unit, float(value), repeat))
 
     def note(self, workload: str, engine: str, text: str) -> None:

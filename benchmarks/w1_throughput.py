@@ -51,8 +51,15 @@ def drain_with_subs(ctx: Context, engine: Engine, events: int, *listen_args: str
                 listener.check_drained(settings, ctx.recorder, NAME, engine.name)
         for line in dict.fromkeys(_strip_time(line) for line in outcome.problems):
             ctx.recorder.note(NAME, engine.name, f"subs listen {' '.join(listen_args)} logged: {line}")
-        return CaseResult(len(outcome.handled), outcome.span, outcome.wall, outcome.capped,
-                          outcome.conflicts, len(outcome.problems), outcome.duplicates)
+        return CaseResult(
+            len(outcome.handled),
+            outcome.span,
+            outcome.wall,
+            outcome.capped,
+            outcome.conflicts,
+            len(outcome.problems),
+            outcome.duplicates,
+        )
     finally:
         engine.drop(settings)
 
@@ -111,15 +118,25 @@ def run(ctx: Context, engine: Engine) -> None:
                 rec.add(NAME, engine.name, case, "listener warnings", "lines", result.warnings, repeat)
                 rec.add(NAME, engine.name, case, "duplicate deliveries", "count", result.duplicates, repeat)
             if result.capped:
-                rec.note(NAME, engine.name, f"{case}: stopped at the {ctx.time_limit:g} s time limit; its rate "
-                         f"is over the events handled by then (of {n:,} queued)")
+                rec.note(
+                    NAME,
+                    engine.name,
+                    f"{case}: stopped at the {ctx.time_limit:g} s time limit; its rate "
+                    f"is over the events handled by then (of {n:,} queued)",
+                )
         for case, rate in rates.items():
             if case.startswith("subs"):
                 rec.add(NAME, engine.name, case, "x baseline 1", "x", rate / rates[BASELINE_1], repeat)
-        for parallel, ordered in ((parallel_name(ctx), ORDERED),
-                                  (batched(ctx, parallel_name(ctx)), batched(ctx, ORDERED))):
+        for parallel, ordered in (
+            (parallel_name(ctx), ORDERED),
+            (batched(ctx, parallel_name(ctx)), batched(ctx, ORDERED)),
+        ):
             rec.add(NAME, engine.name, parallel, SAME_BATCH, "x", rates[parallel] / rates[ordered], repeat)
         rec.add(NAME, engine.name, BASELINE_2, "x baseline 1", "x", rates[BASELINE_2] / rates[BASELINE_1], repeat)
-    rec.note(NAME, engine.name, "events/s: handled events over the span from the first handler start to the "
-             "last handler finish (baselines: first row taken to last row deleted); 'incl. start-up' divides "
-             "by the wall time of the whole command, process start-up included")
+    rec.note(
+        NAME,
+        engine.name,
+        "events/s: handled events over the span from the first handler start to the "
+        "last handler finish (baselines: first row taken to last row deleted); 'incl. start-up' divides "
+        "by the wall time of the whole command, process start-up included",
+    )

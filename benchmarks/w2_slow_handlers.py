@@ -36,8 +36,7 @@ def run(ctx: Context, engine: Engine) -> None:
         finally:
             engine.drop(settings)
         ideal = sum(sleeps[h.key - 1] for h in outcome.handled) / 1000 / sizes.workers
-        _record(ctx, engine, subs_case, repeat, outcome.span, ideal, outcome.wall, len(outcome.handled),
-                outcome.capped)
+        _record(ctx, engine, subs_case, repeat, outcome.span, ideal, outcome.wall, len(outcome.handled), outcome.capped)
         rec.add(NAME, engine.name, subs_case, "conflicts", "count", outcome.conflicts, repeat)
         rec.add(NAME, engine.name, subs_case, "worker start stagger", "s", outcome.stagger, repeat)
         if not engine.skip_locked:
@@ -51,17 +50,39 @@ def run(ctx: Context, engine: Engine) -> None:
         finally:
             engine.drop(settings)
         ideal = sum(sleep_ms for _, _, sleep_ms in result.tasks) / 1000 / sizes.workers
-        _record(ctx, engine, BASELINE_3, repeat, result.span, ideal, result.wall, result.processed,
-                result.processed < len(sleeps))
+        _record(
+            ctx,
+            engine,
+            BASELINE_3,
+            repeat,
+            result.span,
+            ideal,
+            result.wall,
+            result.processed,
+            result.processed < len(sleeps),
+        )
         rec.add(NAME, engine.name, BASELINE_3, "conflicts", "count", result.conflicts, repeat)
         rec.add(NAME, engine.name, BASELINE_3, "worker start stagger", "s", result.stagger, repeat)
-    rec.note(NAME, engine.name, "span: first handler (task) start to last finish; ideal: sum of the sleeps "
-             f"of the handled events / {sizes.workers}; the same seeded sleeps for both in a repeat; worker start "
-             "stagger: from the first worker's first handler (task) start to the last worker's, part of the span")
+    rec.note(
+        NAME,
+        engine.name,
+        "span: first handler (task) start to last finish; ideal: sum of the sleeps "
+        f"of the handled events / {sizes.workers}; the same seeded sleeps for both in a repeat; worker start "
+        "stagger: from the first worker's first handler (task) start to the last worker's, part of the span",
+    )
 
 
-def _record(ctx: Context, engine: Engine, case: str, repeat: int, span: float, ideal: float, wall: float,
-            handled: int, capped: bool) -> None:
+def _record(
+    ctx: Context,
+    engine: Engine,
+    case: str,
+    repeat: int,
+    span: float,
+    ideal: float,
+    wall: float,
+    handled: int,
+    capped: bool,
+) -> None:
     rec = ctx.recorder
     rec.add(NAME, engine.name, case, "span", "s", span, repeat)
     rec.add(NAME, engine.name, case, "ideal", "s", ideal, repeat)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import time
 
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
 
 from .app import sql, subscribed_items
 from .config import Context, Sizes
@@ -61,5 +61,9 @@ def run(ctx: Context, engine: Engine) -> None:
             rec.add(NAME, engine.name, CASE, label, "ms", percentile(latencies, q), repeat)
         rec.add(NAME, engine.name, CASE, "max", "ms", max(latencies), repeat)
         rec.add(NAME, engine.name, CASE, "handled", "events", len(latencies), repeat)
-    rec.note(NAME, engine.name, "latency: from the writer's commit() returning to the handler's first line "
-             "(both read CLOCK_MONOTONIC); percentiles per repeat, then the median over repeats")
+    rec.note(
+        NAME,
+        engine.name,
+        "latency: from the writer's commit() returning to the handler's first line "
+        "(both read CLOCK_MONOTONIC); percentiles per repeat, then the median over repeats",
+    )

@@ -9,8 +9,8 @@ import datetime as dt
 import time
 from decimal import Decimal
 
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
 
 from .app import execute, sql, subs
 from .config import Context, Sizes
@@ -25,8 +25,7 @@ CHUNK = 500
 
 
 def title(sizes: Sizes) -> str:
-    return (f"trigger cost on the writer, {sizes.w4_rows:,} rows per phase in one transaction; "
-            "`subs add orders IU tagN`")
+    return f"trigger cost on the writer, {sizes.w4_rows:,} rows per phase in one transaction; `subs add orders IU tagN`"
 
 
 def _database(engine: Engine, subscriptions: int) -> ConnectionSettings:
@@ -81,8 +80,10 @@ def _phases(databases: dict[str, ConnectionSettings], rows: int) -> dict[str, di
 
     def insert(cursor, keys: range) -> None:
         for key in keys:
-            cursor.execute(statements["wide_insert"], (key, f"customer {key % 997}", Decimal(key) / 4,
-                                                       placed, False, f"note for order {key}"))
+            cursor.execute(
+                statements["wide_insert"],
+                (key, f"customer {key % 997}", Decimal(key) / 4, placed, False, f"note for order {key}"),
+            )
 
     def update(cursor, keys: range) -> None:
         for key in keys:
@@ -96,9 +97,11 @@ def _phases(databases: dict[str, ConnectionSettings], rows: int) -> dict[str, di
                 seconds[case][phase] = elapsed
         for case, db in dbs.items():
             seconds[case][PHASES[2]] = _timed(
-                db, lambda cursor: cursor.execute(statements["wide_bulk_insert"], (rows + 1, rows)))
+                db, lambda cursor: cursor.execute(statements["wide_bulk_insert"], (rows + 1, rows))
+            )
             seconds[case][PHASES[3]] = _timed(
-                db, lambda cursor: cursor.execute(statements["wide_bulk_update"], (rows + 1,)))
+                db, lambda cursor: cursor.execute(statements["wide_bulk_update"], (rows + 1,))
+            )
     return seconds
 
 
@@ -119,7 +122,11 @@ def run(ctx: Context, engine: Engine) -> None:
         for case in list(CASES)[1:]:
             for phase in PHASES:
                 rec.add(NAME, engine.name, case, f"x plain, {phase}", "x", seconds[case][phase] / plain[phase], repeat)
-    rec.note(NAME, engine.name, "client phases: one prepared statement executed per row from Python, as an "
-             f"application writes, the three tables taking turns of {CHUNK} rows (each table's rows in one "
-             "transaction); bulk phases: the rows written inside the engine (EXECUTE BLOCK loop, one "
-             "UPDATE), which shows the trigger's own cost without client round trips; ratios are time ratios")
+    rec.note(
+        NAME,
+        engine.name,
+        "client phases: one prepared statement executed per row from Python, as an "
+        f"application writes, the three tables taking turns of {CHUNK} rows (each table's rows in one "
+        "transaction); bulk phases: the rows written inside the engine (EXECUTE BLOCK loop, one "
+        "UPDATE), which shows the trigger's own cost without client round trips; ratios are time ratios",
+    )

@@ -17,10 +17,10 @@ from __future__ import annotations
 import statistics
 import time
 
-from subscriptions import housekeeping
-from subscriptions.claims import Claimer, load_targets
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery import housekeeping
+from subscriptions.delivery.claims import Claimer, load_targets
 
 from .app import execute, insert_items, sql, subscribed_items
 from .config import Context, Sizes
@@ -34,8 +34,10 @@ LEASE = 30.0
 
 
 def title(sizes: Sizes) -> str:
-    return (f"history: {sizes.w5_history:,} events already processed vs a fresh database; "
-            f"{sizes.w5_claims} single-event claims, a {sizes.w5_events:,}-event drain (subs ordered)")
+    return (
+        f"history: {sizes.w5_history:,} events already processed vs a fresh database; "
+        f"{sizes.w5_claims} single-event claims, a {sizes.w5_events:,}-event drain (subs ordered)"
+    )
 
 
 class ItemsDb:
@@ -76,8 +78,9 @@ def make_history(ctx: Context, engine: Engine) -> ItemsDb:
         if not housekeeping.rebuild_queue_index(db):
             raise RuntimeError("the claim index could not be rebuilt on an idle database")
         rebuild = time.perf_counter() - began
-    rec.add(NAME, engine.name, "history set-up", "first claim after the deletes (collects the garbage)", "ms",
-            first * 1000)
+    rec.add(
+        NAME, engine.name, "history set-up", "first claim after the deletes (collects the garbage)", "ms", first * 1000
+    )
     rec.add(NAME, engine.name, "history set-up", "claim index rebuild (listener housekeeping)", "ms", rebuild * 1000)
     return history
 
@@ -121,8 +124,10 @@ def run(ctx: Context, engine: Engine) -> None:
             fresh = ItemsDb(subscribed_items(engine, "w5-fresh"))
             try:
                 for case, kind in CLAIMS.items():
-                    costs = {label: claim_cost(db, kind, ctx.sizes.w5_claims)
-                             for label, db in (("fresh", fresh), ("history", history))}
+                    costs = {
+                        label: claim_cost(db, kind, ctx.sizes.w5_claims)
+                        for label, db in (("fresh", fresh), ("history", history))
+                    }
                     for label, cost in costs.items():
                         rec.add(NAME, engine.name, case, f"{label}", "ms", cost, repeat)
                     rec.add(NAME, engine.name, case, "x fresh", "x", costs["history"] / costs["fresh"], repeat)
@@ -134,6 +139,10 @@ def run(ctx: Context, engine: Engine) -> None:
                 engine.drop(fresh.settings)
     finally:
         engine.drop(history.settings)
-    rec.note(NAME, engine.name, "history made by inserting the events into EVENT_LOG and deleting them, as the "
-             "listener does after handling; claim figures: median of single-event claims; 'x fresh' is history "
-             "cost over fresh cost (for the drain: fresh rate / history rate)")
+    rec.note(
+        NAME,
+        engine.name,
+        "history made by inserting the events into EVENT_LOG and deleting them, as the "
+        "listener does after handling; claim figures: median of single-event claims; 'x fresh' is history "
+        "cost over fresh cost (for the drain: fresh rate / history rate)",
+    )

@@ -79,11 +79,21 @@ def run(ctx: Context, engine: Engine) -> None:
         rec.add(NAME, engine.name, label, "after warm-up", "MB", warmed)
         rec.add(NAME, engine.name, label, "peak", "MB", max(s[index] for s in running))
         rec.add(NAME, engine.name, label, "end", "MB", running[-1][index])
-        rec.add(NAME, engine.name, label, "growth after warm-up", "%",
-                100 * (max(s[index] for s in after_warm_up) - warmed) / warmed)
+        rec.add(
+            NAME,
+            engine.name,
+            label,
+            "growth after warm-up",
+            "%",
+            100 * (max(s[index] for s in after_warm_up) - warmed) / warmed,
+        )
     rec.add(NAME, engine.name, CASE, "handled", "events", len(outcome.handled))
     rec.add(NAME, engine.name, CASE, "left in the log after --drain exited", "events", left)
     rec.add(NAME, engine.name, CASE, "events/s", "ev/s", len(outcome.handled) / outcome.span)
-    rec.note(NAME, engine.name, f"RSS summed over the listener's processes every {SAMPLE_EVERY} s while "
-             f"handlers ran; warm-up: the first {WARM_UP:.0%} of the handling time; growth: highest sample "
-             "after warm-up over the sample when warm-up ended; one run (not repeated)")
+    rec.note(
+        NAME,
+        engine.name,
+        f"RSS summed over the listener's processes every {SAMPLE_EVERY} s while "
+        f"handlers ran; warm-up: the first {WARM_UP:.0%} of the handling time; growth: highest sample "
+        "after warm-up over the sample when warm-up ended; one run (not repeated)",
+    )

@@ -45,7 +45,7 @@ def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
             raise SubsError(f"[handlers.{tag}] command cannot be split: {exc}") from None
     if not value or not isinstance(value, list):
         raise SubsError(
-            f"handler {tag!r} has no command: set [handlers.{tag}] command = [\"/path/to/program\", \"arg\"] "
+            f'handler {tag!r} has no command: set [handlers.{tag}] command = ["/path/to/program", "arg"] '
             f"in subs.toml or the environment variable SUBS__{tag.upper()}__COMMAND"
         )
     return [str(part) for part in value]
@@ -59,8 +59,12 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
     try:
         # A session of its own, so a timeout kills the command's children too.
         process = subprocess.Popen(
-            command, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True,
+            command,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except OSError as exc:
         raise SubsError(f"[handlers.{event.tag}] cannot run {command[0]!r}: {exc.strerror or exc}") from None
@@ -74,8 +78,9 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
             raise RuntimeError(f"exec {command[0]}: killed after {timeout:g} s") from None
     if process.returncode != 0:
         tail = stderr.decode("utf-8", errors="replace").strip()[-STDERR_TAIL:]
-        status = (f"killed by signal {-process.returncode}" if process.returncode < 0
-                  else f"exit status {process.returncode}")
+        status = (
+            f"killed by signal {-process.returncode}" if process.returncode < 0 else f"exit status {process.returncode}"
+        )
         raise RuntimeError(f"exec {command[0]}: {status}" + (f": {tail}" if tail else ""))
 
 

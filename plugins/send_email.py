@@ -24,6 +24,7 @@ failed login or an unreachable server is a failure, retried later.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import smtplib
 import ssl
@@ -35,7 +36,6 @@ from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event, json_default
-from subscriptions.testing import make_event
 
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
@@ -58,7 +58,7 @@ def _recipients(tag: str, settings: Mapping[str, Any]) -> list[str]:
     addresses = [a.strip() for a in addresses if a.strip()]
     if not addresses:
         raise SubsError(
-            f"handler {tag!r} has no recipient: set [handlers.{tag}] to = \"ops@example.com\" in subs.toml "
+            f'handler {tag!r} has no recipient: set [handlers.{tag}] to = "ops@example.com" in subs.toml '
             f"or the environment variable SUBS__{tag.upper()}__TO"
         )
     return addresses
@@ -70,7 +70,7 @@ def message(event: Event, settings: Mapping[str, Any]) -> EmailMessage:
     sender = settings.get("from")
     if not sender:
         raise SubsError(
-            f"handler {tag!r} has no sender: set [handlers.{tag}] from = \"subs@example.com\" in subs.toml "
+            f'handler {tag!r} has no sender: set [handlers.{tag}] from = "subs@example.com" in subs.toml '
             f"or the environment variable SUBS__{tag.upper()}__FROM"
         )
     fields = event.as_dict()
@@ -89,11 +89,27 @@ def message(event: Event, settings: Mapping[str, Any]) -> EmailMessage:
     return mail
 
 
+def _sample_event(tag: str) -> Event:
+    """An event with every field, to check the settings against at start-up."""
+    return Event(
+        id=1,
+        table="T",
+        action="I",
+        tag=tag,
+        pk={"ID": 1},
+        old=None,
+        new={"ID": 1},
+        attempt=1,
+        created_at=dt.datetime.now(),
+    )
+
+
 def _describe(exc: Exception) -> str:
     """The server's answer without the Python noise; never includes the password."""
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
-        return "; ".join(f"{to} refused: {code} {text.decode(errors='replace')}"
-                         for to, (code, text) in exc.recipients.items())
+        return "; ".join(
+            f"{to} refused: {code} {text.decode(errors='replace')}" for to, (code, text) in exc.recipients.items()
+        )
     if isinstance(exc, smtplib.SMTPResponseException):
         text = exc.smtp_error.decode(errors="replace") if isinstance(exc.smtp_error, bytes) else exc.smtp_error
         return f"{exc.smtp_code} {text}"
@@ -132,6 +148,6 @@ def send(event: Event, settings: Mapping[str, Any]) -> None:
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("send_email", config).items():
         # Bad settings are a start-up error, not a retried failure.
-        message(make_event(tag), settings)
+        message(_sample_event(tag), settings)
         _server(tag, settings)
     register("send_email", lambda event: send(event, config.get(event.tag, {})))

@@ -57,7 +57,7 @@ def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[s
     url = settings.get("url")
     if not url:
         raise SubsError(
-            f"handler {tag!r} has no url: set [handlers.{tag}] url = \"https://...\" in subs.toml "
+            f'handler {tag!r} has no url: set [handlers.{tag}] url = "https://..." in subs.toml '
             f"or the environment variable SUBS__{tag.upper()}__URL"
         )
     if urllib.parse.urlsplit(str(url)).scheme not in ("http", "https"):
@@ -65,7 +65,7 @@ def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[s
     timeout = positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     headers = settings.get("headers", {})
     if not isinstance(headers, Mapping):
-        raise SubsError(f"[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = \"...\" }}")
+        raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
     return str(url), timeout, {str(k): str(v) for k, v in headers.items()}
 
 
@@ -73,8 +73,12 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
     """POST the event; raise unless the server answers 2xx within the timeout."""
     url, timeout, extra = _settings(event.tag, settings)
     url, auth = _split_credentials(url)
-    headers = {**extra, "Content-Type": "application/json",
-               "X-Subs-Event-Id": str(event.id), "X-Subs-Attempt": str(event.attempt)}
+    headers = {
+        **extra,
+        "Content-Type": "application/json",
+        "X-Subs-Event-Id": str(event.id),
+        "X-Subs-Attempt": str(event.attempt),
+    }
     if auth:
         headers["Authorization"] = auth
     request = urllib.request.Request(url, event.to_json().encode("utf-8"), headers, method="POST")

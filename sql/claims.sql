@@ -1,12 +1,9 @@
 -- Claiming events. A parallel claim sets CLAIMED_BY and a lease
 -- (CLAIM_EXPIRES_AT) on each event and counts the attempt; an ordered claim
 -- (claim_head) leases the subscription instead. Events whose lease ran out
--- (crashed worker) are claimable again. {sub_ids} is a list of integer subscription ids;
--- {not_leased} and {key_order} are blocks below ({key_order} may be
--- empty). A claim returns what
--- handlers get of each event it claimed (the blocks claimed_columns,
--- claimed_outputs and claimed_variables, filled in by claims.py), so a
--- batch takes one statement.
+-- (crashed worker) are claimable again. A claim returns what handlers get of
+-- each event it claimed (claimed_columns, the one list of them), so a batch
+-- takes one statement. "?, ..." is a list of bound parameters.
 
 -- name: claimed_columns
 -- Values of up to 8,000 characters come as VARCHAR, longer ones as BLOB:
@@ -30,52 +27,65 @@ CREATED_AT TIMESTAMP, ATTEMPTS INTEGER
 :EVENT_ID, :SUB_ID, :ROW_KEY, :OLD_TEXT, :OLD_BLOB, :NEW_TEXT, :NEW_BLOB, :CREATED_AT, :ATTEMPTS
 
 -- name: key_order
--- --key-order: an event waits while an earlier event of its group (table, tag,
--- primary key) is still in the log, pending, claimed or failing; dead ones
--- no longer hold it back.
-AND NOT EXISTS (SELECT 1 FROM EVENT_LOG EARLIER
-                WHERE EARLIER.KEY_HASH = E.KEY_HASH
-                  AND EARLIER.EVENT_ID < E.EVENT_ID
-                  AND EARLIER.DEAD = FALSE)
+-- --key-order (second parameter TRUE): an event waits while an earlier event
+-- of its group (table, tag, primary key) is still in the log, pending,
+-- claimed or failing; dead ones no longer hold it back.
+AND (CAST(? AS BOOLEAN) IS NOT TRUE
+     OR NOT EXISTS (SELECT 1 FROM EVENT_LOG EARLIER
+                    WHERE EARLIER.KEY_HASH = E.KEY_HASH
+                      AND EARLIER.EVENT_ID < E.EVENT_ID
+                      AND EARLIER.DEAD = FALSE))
+
+-- name: claimable
+-- The events a parallel claim may take, of the subscriptions in the list.
+SUB_ID IN (?, ...)
+AND DEAD = FALSE
+AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+{{not_leased}}
+{{key_order}}
 
 -- name: claim_skip_locked
 -- Firebird 5: rows locked by another claimer's open transaction are skipped.
+-- Parameters: owner, lease in ms, the subscription ids, key order, how many.
 UPDATE EVENT_LOG E
 SET CLAIMED_BY = ?,
     CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP),
     ATTEMPTS = ATTEMPTS + 1
-WHERE SUB_ID IN ({sub_ids})
-  AND DEAD = FALSE
-  AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-  AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-  {not_leased}
-  {key_order}
+WHERE {{claimable}}
 ORDER BY EVENT_ID
 ROWS ?
 SKIP LOCKED
-RETURNING {claimed_columns};
+RETURNING {{claimed_columns}};
+
+-- name: claim_candidates
+-- Firebird 3/4 (no SKIP LOCKED), step 1: the first claimable events, some of
+-- which other claimers may be taking at this moment. Parameters: the
+-- subscription ids, key order, how many.
+SELECT EVENT_ID FROM EVENT_LOG E
+WHERE {{claimable}}
+ORDER BY EVENT_ID
+ROWS ?;
 
 -- name: claim_fallback
--- Firebird 3/4 (no SKIP LOCKED): try each candidate in a NO WAIT transaction
--- and pass over the ones another claimer holds, catching the conflict per
--- row, so claimers never see a lock conflict.
-EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?)
-RETURNS ({claimed_outputs})
+-- Firebird 3/4, step 2: try each candidate (a comma-separated list of
+-- EVENT_IDs) in this NO WAIT transaction and pass over the ones another
+-- claimer holds, catching the conflict per row, so claimers never see a lock
+-- conflict.
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
+               CANDIDATES VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS ({{claimed_outputs}})
 AS
 DECLARE CANDIDATE BIGINT;
 DECLARE CLAIMED INTEGER = 0;
+DECLARE COMMA INTEGER;
 BEGIN
-    FOR SELECT EVENT_ID FROM EVENT_LOG E
-        WHERE SUB_ID IN ({sub_ids})
-          AND DEAD = FALSE
-          AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-          AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-          {not_leased}
-          {key_order}
-        ORDER BY EVENT_ID
-        INTO :CANDIDATE
-    DO
+    CANDIDATES = CANDIDATES || ',';
+    WHILE (CLAIMED < MAX_ROWS AND CHAR_LENGTH(CANDIDATES) > 1) DO
     BEGIN
+        COMMA = POSITION(',' IN CANDIDATES);
+        CANDIDATE = CAST(LEFT(CANDIDATES, COMMA - 1) AS BIGINT);
+        CANDIDATES = SUBSTRING(CANDIDATES FROM COMMA + 1);
         EVENT_ID = NULL;
         BEGIN
             UPDATE EVENT_LOG
@@ -85,8 +95,8 @@ BEGIN
             WHERE EVENT_ID = :CANDIDATE
               AND DEAD = FALSE
               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            RETURNING {claimed_columns}
-            INTO {claimed_variables};
+            RETURNING {{claimed_columns}}
+            INTO {{claimed_variables}};
             WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK DO
                 EVENT_ID = NULL;
         END
@@ -94,7 +104,6 @@ BEGIN
         BEGIN
             SUSPEND;
             CLAIMED = CLAIMED + 1;
-            IF (CLAIMED >= MAX_ROWS) THEN LEAVE;
         END
     END
 END;
@@ -110,7 +119,7 @@ END;
 -- the next holder takes the lease over; the attempt handed out is ATTEMPTS + 1.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
                THE_SUB INTEGER = ?)
-RETURNS ({claimed_outputs})
+RETURNS ({{claimed_outputs}})
 AS
 DECLARE AVAILABLE BOOLEAN;
 DECLARE LEFT_FIRST BIGINT;
@@ -143,13 +152,13 @@ BEGIN
     IF (LEFT_FIRST IS NOT NULL) THEN
         UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
         WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
-    FOR SELECT FIRST (:MAX_ROWS) {claimed_columns},
+    FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}},
                (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
                AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
         FROM EVENT_LOG
         WHERE SUB_ID = :THE_SUB AND DEAD = FALSE
         ORDER BY EVENT_ID
-        INTO {claimed_variables}, :AVAILABLE
+        INTO {{claimed_variables}}, :AVAILABLE
     DO
     BEGIN
         IF (AVAILABLE IS NOT TRUE) THEN LEAVE;
@@ -177,7 +186,7 @@ AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE H
 -- subscription's lease) CLAIMED_BY is NULL.
 
 -- name: ack
-DELETE FROM EVENT_LOG WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY IS NOT DISTINCT FROM ?;
+DELETE FROM EVENT_LOG WHERE CLAIMED_BY IS NOT DISTINCT FROM ? AND EVENT_ID IN (?, ...);
 
 -- name: fail
 -- DEAD and DEAD_AT are set when the attempt was the last one allowed. The
@@ -196,7 +205,7 @@ WHERE EVENT_ID = ? AND CLAIMED_BY IS NOT DISTINCT FROM ?;
 -- Give back a claimed event that was never started: the attempt did not happen.
 UPDATE EVENT_LOG
 SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
-WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
+WHERE CLAIMED_BY = ? AND EVENT_ID IN (?, ...);
 
 -- name: release_lease
 -- The ordered batch is settled: its events that were not handled are pending again.
@@ -206,7 +215,7 @@ WHERE SUB_ID = ? AND HOLDER = ?;
 -- name: extend
 UPDATE EVENT_LOG
 SET CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
-WHERE EVENT_ID IN ({event_ids}) AND CLAIMED_BY = ?;
+WHERE CLAIMED_BY = ? AND EVENT_ID IN (?, ...);
 
 -- name: extend_leases
 UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)

@@ -49,8 +49,8 @@ DROP TRIGGER {trigger};
 
 -- name: touch_trigger
 -- A metadata change that changes nothing, made after the real change has
--- committed: see subscribers._settle_trigger.
-ALTER TRIGGER {trigger} POSITION {position};
+-- committed: see capture/trigger_sync.settle_trigger.
+ALTER TRIGGER {trigger} POSITION 32000;
 
 -- name: list
 SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.WATCH_COLUMNS, s.WHEN_CONDITION,

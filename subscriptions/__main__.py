@@ -1,3 +1,5 @@
-from .cli import main
+"""``python -m subscriptions``: the ``subs`` command line."""
+
+from subscriptions.cli import main
 
 main()

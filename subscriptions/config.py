@@ -1,9 +1,6 @@
-"""Where the database is and who we are on it.
-
-A plain path is a database opened by the embedded Firebird 5 engine;
-``host:path``, ``host/port:path`` and ``inet://host:port/path`` go to a
-Firebird server over the wire.
-"""
+"""``subs.toml``: the ``[database]`` table and one ``[handlers.TAG]`` table per
+tag, with ``SUBS__<TAG>__<KEY>`` environment overrides, and the helpers
+handler plugins use to check their settings."""
 
 from __future__ import annotations
 
@@ -15,40 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SubsError
-
-DEFAULT_DATABASE = "subs.fdb"
-DEFAULT_USER = "SYSDBA"
-
-# host[/port]:path, where host has no slash (so "./a:b.fdb" stays a path).
-_LEGACY_REMOTE = re.compile(r"^[A-Za-z0-9_.\-\[\]]+(/[A-Za-z0-9_]+)?:.+")
-_URL_REMOTE = re.compile(r"^(inet|inet4|inet6|wnet|xnet)://", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """A DSN plus credentials. The password never shows up in ``repr``."""
-
-    dsn: str = DEFAULT_DATABASE
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-    @property
-    def is_remote(self) -> bool:
-        return bool(_URL_REMOTE.match(self.dsn) or _LEGACY_REMOTE.match(self.dsn))
-
-    @property
-    def target(self) -> str:
-        """What the driver attaches to: remote DSNs as given, local paths made
-        absolute so every process (workers, detached listener) means one file."""
-        if self.is_remote:
-            return self.dsn
-        return str(Path(self.dsn).expanduser().absolute())
-
-    @property
-    def effective_user(self) -> str:
-        return self.user or DEFAULT_USER
-
+from subscriptions.errors import SubsError
 
 CONFIG_ENV = "SUBS_CONFIG"
 DEFAULT_CONFIG = "subs.toml"
@@ -73,7 +37,7 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
     An explicitly named file must exist; a malformed file is an error naming it.
     """
     explicit = path is not None
-    file = Path(path if explicit else DEFAULT_CONFIG)
+    file = Path(path or DEFAULT_CONFIG)
     data: dict[str, Any] = {}
     if file.is_file():
         try:
@@ -85,8 +49,7 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
     unknown = set(data) - {"database", "handlers"}
     if unknown:
         raise SubsError(
-            f"config file {file}: unknown section(s) {', '.join(sorted(unknown))}; "
-            "use [database] and [handlers.TAG]"
+            f"config file {file}: unknown section(s) {', '.join(sorted(unknown))}; use [database] and [handlers.TAG]"
         )
     handlers = data.get("handlers", {})
     if not isinstance(handlers, dict) or not all(isinstance(v, dict) for v in handlers.values()):
@@ -121,9 +84,7 @@ def tables_using(handler: str, config: Mapping[str, Mapping[str, Any]]) -> dict[
     return {tag: table for tag, table in config.items() if tag == handler or table.get("use") == handler}
 
 
-def positive_setting(
-    tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type = float
-) -> Any:
+def positive_setting(tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type = float) -> Any:
     """A positive int or float handler setting (environment overrides arrive as strings)."""
     try:
         value = kind(settings.get(key, default))

@@ -8,13 +8,13 @@ can log ``extra={"tag": tag, "event_id": n}`` and have them searchable.
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import logging
 import os
 import sys
-from typing import IO
 
-from .errors import SubsError
+from subscriptions.errors import SubsError
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FORMATS = ("text", "json")
@@ -60,7 +60,7 @@ class JsonFormatter(logging.Formatter):
 class _PrivateFileHandler(logging.FileHandler):
     """A FileHandler whose file is created with mode 0o600 (see open_append)."""
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> io.TextIOWrapper:
         return os.fdopen(open_append(self.baseFilename), "a", encoding=self.encoding)
 
 

@@ -13,29 +13,39 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol
 
 import pluggy
 
-from . import hookspecs
-from .errors import SubsError
-from .events import Event
-from .identifiers import check_tag
+from subscriptions import hookspecs
+from subscriptions.capture.names import check_tag
+from subscriptions.errors import SubsError
+from subscriptions.events import Event
 
 ENTRY_POINT_GROUP = "subscriptions"
 BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec")
 BUILTIN_PREFIX = "builtin:"
 
 
+HandlerFunction = Callable[[Event], object]
+
+
+class Register(Protocol):
+    """The ``register`` callback a plugin's ``register_handlers`` gets."""
+
+    def __call__(self, tag: str, function: HandlerFunction, *, transactional: bool = False) -> None: ...
+
+
 @dataclass(frozen=True)
 class Handler:
     tag: str
-    function: Callable[[Event], object]
+    function: HandlerFunction
     plugin: str
     transactional: bool = False
 
 
-def _import(spec: str) -> object:
+def _import(spec: str) -> ModuleType:
     """A module by dotted name, or a ``.py`` file by path."""
     path = Path(spec)
     try:
@@ -75,9 +85,7 @@ def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:
     return manager
 
 
-def collect_handlers(
-    manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Handler]:
+def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Handler]:
     """Ask every plugin for its handlers; two plugins claiming one tag is an error.
 
     Built-in handlers are opt-in: one is registered only when the config has a
@@ -91,14 +99,13 @@ def collect_handlers(
     for impl in manager.hook.register_handlers.get_hookimpls():
         plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
 
-        def register(tag: str, function: Callable[[Event], object], *, transactional: bool = False) -> None:
+        def register(tag: str, function: HandlerFunction, *, transactional: bool = False) -> None:
             if plugin.startswith(BUILTIN_PREFIX) and tag not in configured:
                 return
             check_tag(tag)
             if tag in handlers:
                 raise SubsError(
-                    f"tag {tag!r} is registered by both {handlers[tag].plugin} and {plugin}; "
-                    "remove one of the plugins"
+                    f"tag {tag!r} is registered by both {handlers[tag].plugin} and {plugin}; remove one of the plugins"
                 )
             handlers[tag] = Handler(tag, function, plugin, transactional)
 

@@ -16,8 +16,8 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .events import Event
-from .plugins import Handler, collect_handlers, plugin_manager
+from subscriptions.events import Event
+from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
 
 def make_event(
@@ -43,8 +43,16 @@ def make_event(
     if old is None and action in "UD":
         old = dict(pk)
     return Event(
-        id=id, table=table, action=action, tag=tag, pk=pk, old=old, new=new, attempt=attempt,
-        created_at=created_at or dt.datetime.now(), subscription_id=subscription_id,
+        id=id,
+        table=table,
+        action=action,
+        tag=tag,
+        pk=pk,
+        old=old,
+        new=new,
+        attempt=attempt,
+        created_at=created_at or dt.datetime.now(),
+        subscription_id=subscription_id,
     )
 
 

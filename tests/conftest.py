@@ -4,17 +4,18 @@ a real Firebird 3 server started on 127.0.0.1."""
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
-from subscriptions import schema
 from subscriptions.cli import cli
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.schema import upgrade as schema
 
 import fb3server
 
@@ -49,6 +50,15 @@ def empty_settings(engine: str, tmp_path: Path, request: pytest.FixtureRequest) 
     yield settings
     if engine == "fb3":
         Path(settings.dsn.split(":3050/", 1)[1]).unlink(missing_ok=True)
+
+
+def another_database(settings: ConnectionSettings) -> ConnectionSettings:
+    """A new empty database beside ``settings``'s, on the same engine (removed
+    with the test's directory, or the Firebird 3 server's at the end)."""
+    directory, _, _ = settings.dsn.rpartition("/")
+    other = ConnectionSettings(f"{directory}/{uuid.uuid4().hex}.fdb", settings.user, settings.password)
+    Database(other, create=True).close()
+    return other
 
 
 @pytest.fixture
@@ -120,6 +130,14 @@ def assert_one_line_error(result: Result, *fragments: str, exit_code: int = 1) -
     return message
 
 
+def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition") -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        time.sleep(0.05)
+
+
 def execute(settings: ConnectionSettings, *statements: str, params: tuple = ()) -> None:
     """Run statements (DDL or DML) in one transaction, as an application would."""
     with Database(settings) as database, database.transaction() as cursor:
@@ -135,9 +153,15 @@ def query(settings: ConnectionSettings, sql: str, params: tuple = ()) -> list[tu
 
 def queue_index_segments(settings: ConnectionSettings) -> list[str]:
     """The columns of the claim index, in order."""
-    return [name for (name,) in query(settings, """
+    return [
+        name
+        for (name,) in query(
+            settings,
+            """
         SELECT TRIM(RDB$FIELD_NAME) FROM RDB$INDEX_SEGMENTS
-        WHERE RDB$INDEX_NAME = 'IX_EVENT_LOG_QUEUE' ORDER BY RDB$FIELD_POSITION""")]
+        WHERE RDB$INDEX_NAME = 'IX_EVENT_LOG_QUEUE' ORDER BY RDB$FIELD_POSITION""",
+        )
+    ]
 
 
 def state(settings: ConnectionSettings) -> tuple:
@@ -156,8 +180,8 @@ def state(settings: ConnectionSettings) -> tuple:
 
 def events(settings: ConnectionSettings) -> list[dict]:
     """The event log joined with its subscriptions, values decoded."""
-    from subscriptions.capture import decode
-    from subscriptions.db import read_text
+    from subscriptions.capture.values import decode
+    from subscriptions.db.connection import read_text
 
     with Database(settings) as database, database.transaction() as cursor:
         cursor.execute(

@@ -94,8 +94,7 @@ def start() -> None:
     )
     if guard.returncode != 0:
         raise RuntimeError(
-            f"fbguard exited {guard.returncode} ({guard.stderr.strip() or 'no output'}); "
-            f"server log: {_log_tail()}"
+            f"fbguard exited {guard.returncode} ({guard.stderr.strip() or 'no output'}); server log: {_log_tail()}"
         )
     try:
         _wait(listening, "start listening")

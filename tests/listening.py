@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
 
 from conftest import query
 
@@ -54,7 +54,6 @@ def write_audit(event):
 '''
 
 
-
 class Listener:
     """One `subs listen` process with the recording plugin."""
 
@@ -62,13 +61,33 @@ class Listener:
         self.record = tmp_path / "record.jsonl"
         plugin = tmp_path / "recorder.py"
         plugin.write_text(RECORDER)
-        env = {**os.environ, "RECORD_FILE": str(self.record), "ISC_USER": settings.effective_user,
-               "ISC_PASSWORD": settings.password or ""}
+        env = {
+            **os.environ,
+            "RECORD_FILE": str(self.record),
+            "ISC_USER": settings.effective_user,
+            "ISC_PASSWORD": settings.password or "",
+        }
         self.log = open(tmp_path / f"listener-{time.monotonic_ns()}.log", "w+")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin),
-             "--backoff-min", "0.1", "--backoff-max", "0.2", *args],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "subscriptions",
+                "-d",
+                settings.dsn,
+                "listen",
+                "--plugin",
+                str(plugin),
+                "--backoff-min",
+                "0.1",
+                "--backoff-max",
+                "0.2",
+                *args,
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def lines(self) -> list[dict]:
@@ -111,6 +130,13 @@ def handled(lines: list[dict]) -> list[int]:
     return [line["id"] for line in lines if line["phase"] == "done"]
 
 
+def worker_attached(settings, pid: int) -> bool:
+    """Whether worker process ``pid`` has an attachment tagged as its own."""
+    tags = "SELECT MON$VARIABLE_VALUE FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_WORKER'"
+    rows = query(settings, tags)
+    return any(value.endswith(f":{pid}") for (value,) in rows)
+
+
 def remaining(settings) -> int:
     return query(settings, "SELECT COUNT(*) FROM EVENT_LOG")[0][0]
 
@@ -121,14 +147,14 @@ def supervise(settings, tmp_path: Path, monkeypatch, drive, **options):
     thread and ends the run with SIGTERM; returns the supervisor and the record."""
     import threading
 
-    from subscriptions import listener
-    from subscriptions.options import ListenOptions
+    from subscriptions.delivery.options import ListenOptions
+    from subscriptions.delivery.supervisor import Supervisor
 
     plugin = tmp_path / "recorder.py"
     plugin.write_text(RECORDER)
     record = tmp_path / "record.jsonl"
     monkeypatch.setenv("RECORD_FILE", str(record))
-    supervisor = listener.Supervisor(ListenOptions(settings=settings, plugins=(str(plugin),), **options))
+    supervisor = Supervisor(ListenOptions(settings=settings, plugins=(str(plugin),), **options))
 
     def run_drive() -> None:
         try:

@@ -35,8 +35,8 @@ from firebird.driver import DatabaseError  # noqa: E402
 from soak_chaos import Kill, Listener, SharedServer, alive, py_spy_dump  # noqa: E402
 from soak_checks import SUBSCRIPTIONS, Change, Fault, Report, run_checks  # noqa: E402
 
-from subscriptions.config import ConnectionSettings  # noqa: E402
-from subscriptions.db import Database  # noqa: E402
+from subscriptions.db.connection import Database  # noqa: E402
+from subscriptions.db.settings import ConnectionSettings  # noqa: E402
 from subscriptions.errors import SubsError  # noqa: E402
 
 import fb3server  # noqa: E402
@@ -53,14 +53,18 @@ RECREATE TABLE SOAK_CHANGES (CHANGE_NO BIGINT NOT NULL PRIMARY KEY, TBL VARCHAR(
     ACT CHAR(1) NOT NULL, ROW_ID INTEGER NOT NULL, PREV_NO BIGINT, PRODUCER SMALLINT NOT NULL,
     TXN INTEGER NOT NULL)
 """
-CLAIMABLE = ("SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD_AT IS NULL "
-             "AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP) "
-             "AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)")
+CLAIMABLE = (
+    "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD_AT IS NULL "
+    "AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP) "
+    "AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)"
+)
 # Claims held: parallel ones per event, ordered ones by the batch's first event.
-HELD = ("SELECT EVENT_ID, TRIM(CLAIMED_BY) FROM EVENT_LOG "
-        "WHERE CLAIMED_BY IS NOT NULL AND CLAIM_EXPIRES_AT > LOCALTIMESTAMP "
-        "UNION ALL SELECT FIRST_EVENT, TRIM(HOLDER) FROM EVENT_LEASE "
-        "WHERE HOLDER IS NOT NULL AND FIRST_EVENT IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP")
+HELD = (
+    "SELECT EVENT_ID, TRIM(CLAIMED_BY) FROM EVENT_LOG "
+    "WHERE CLAIMED_BY IS NOT NULL AND CLAIM_EXPIRES_AT > LOCALTIMESTAMP "
+    "UNION ALL SELECT FIRST_EVENT, TRIM(HOLDER) FROM EVENT_LEASE "
+    "WHERE HOLDER IS NOT NULL AND FIRST_EVENT IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP"
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,14 +76,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, help="listener workers (default 4 parallel, 2 ordered)")
     parser.add_argument("--batch", type=int, default=1, help="--batch of the listener (parallel mode)")
-    parser.add_argument("--key-order", action="store_true",
-                        help="parallel mode with --key-order, checking each row's events are in order")
-    parser.add_argument("--rate", type=float,
-                        help="changes per second in all (default: spread over ~70%% of the production time)")
-    parser.add_argument("--kill-every", type=float, nargs=2, default=(2.0, 5.0), metavar=("MIN", "MAX"),
-                        help="seconds between kills, drawn uniformly (default 2 5)")
-    parser.add_argument("--listener-share", type=float, default=0.25,
-                        help="share of kills that take the whole listener (default 0.25)")
+    parser.add_argument(
+        "--key-order",
+        action="store_true",
+        help="parallel mode with --key-order, checking each row's events are in order",
+    )
+    parser.add_argument(
+        "--rate", type=float, help="changes per second in all (default: spread over ~70%% of the production time)"
+    )
+    parser.add_argument(
+        "--kill-every",
+        type=float,
+        nargs=2,
+        default=(2.0, 5.0),
+        metavar=("MIN", "MAX"),
+        help="seconds between kills, drawn uniformly (default 2 5)",
+    )
+    parser.add_argument(
+        "--listener-share", type=float, default=0.25, help="share of kills that take the whole listener (default 0.25)"
+    )
     parser.add_argument("--workdir", type=Path, help="records, logs and evidence (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and database")
     args = parser.parse_args(argv)
@@ -156,22 +171,51 @@ class Soak:
         if self.server is not None:
             self.server.start()
             self.db_dir = fb3server.database_dir()
-            self.settings = ConnectionSettings(f"inet://127.0.0.1:3050/{self.db_dir}/soak.fdb", "SYSDBA",
-                                               fb3server.password())
+            self.settings = ConnectionSettings(
+                f"inet://127.0.0.1:3050/{self.db_dir}/soak.fdb", "SYSDBA", fb3server.password()
+            )
         else:
             self.settings = ConnectionSettings(str(self.workdir / "soak.fdb"))
-        self.env = {**os.environ, "ISC_USER": self.settings.effective_user,
-                    "ISC_PASSWORD": self.settings.password or "", "SOAK_RECORD": str(self.record)}
+        self.env = {
+            **os.environ,
+            "ISC_USER": self.settings.effective_user,
+            "ISC_PASSWORD": self.settings.password or "",
+            "SOAK_RECORD": str(self.record),
+        }
         self.retrying(lambda: self.subs("init", "--create"))
         for statement in filter(str.strip, TABLES.split(";")):
             self.retrying(lambda: self.execute(statement))
         for table, actions, tag, when, _ in SUBSCRIPTIONS:
             self.retrying(lambda: self.subs("add", table, actions, tag, *(["--when", when] if when else [])))
-        command = [sys.executable, "-m", "subscriptions", "-d", self.settings.dsn, "listen",
-                   "--plugin", str(HERE / "soak_plugin.py"), "--mode", self.args.mode,
-                   "--workers", str(self.args.workers), "--batch", str(self.args.batch),
-                   "--lease", "3", "--poll", "1", "--backoff-min", "0.1", "--backoff-max", "0.5",
-                   "--max-attempts", "1000", "--grace", "10", *(["--key-order"] if self.args.key_order else [])]
+        command = [
+            sys.executable,
+            "-m",
+            "subscriptions",
+            "-d",
+            self.settings.dsn,
+            "listen",
+            "--plugin",
+            str(HERE / "soak_plugin.py"),
+            "--mode",
+            self.args.mode,
+            "--workers",
+            str(self.args.workers),
+            "--batch",
+            str(self.args.batch),
+            "--lease",
+            "3",
+            "--poll",
+            "1",
+            "--backoff-min",
+            "0.1",
+            "--backoff-max",
+            "0.5",
+            "--max-attempts",
+            "1000",
+            "--grace",
+            "10",
+            *(["--key-order"] if self.args.key_order else []),
+        ]
         self.listener = Listener(command, self.env, self.workdir / "listener.log")
 
     def retrying(self, step: Callable[[], None], attempts: int = 20) -> None:
@@ -207,10 +251,24 @@ class Soak:
         for p, log in enumerate(self.producer_logs, start=1):
             quota = self.args.changes // PRODUCERS + (p <= self.args.changes % PRODUCERS)
             out = (self.workdir / f"producer-{p}.out").open("w")
-            self.producers.append(subprocess.Popen(
-                [sys.executable, str(HERE / "soak_producer.py"), self.settings.dsn, str(p), str(quota),
-                 str(production_end), str(rate / PRODUCERS), str(log), str(self.args.seed)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT))
+            self.producers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(HERE / "soak_producer.py"),
+                        self.settings.dsn,
+                        str(p),
+                        str(quota),
+                        str(production_end),
+                        str(rate / PRODUCERS),
+                        str(log),
+                        str(self.args.seed),
+                    ],
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         return rate
 
     # -- faults ---------------------------------------------------------------------------
@@ -275,14 +333,18 @@ class Soak:
             self.first_seen.setdefault(pid, now)
             quiet = now - max(self.first_seen[pid], self.last_delivery.get(pid, 0.0), self.backlog_empty_at)
             if quiet > STALL_AFTER and pid not in self.reported:
-                self.report_stuck(pid, f"worker {pid} delivered nothing for {quiet:.0f}s while events were "
-                                       f"claimable ({claimable[0][0] if claimable else '?'} now)")
+                self.report_stuck(
+                    pid,
+                    f"worker {pid} delivered nothing for {quiet:.0f}s while events were "
+                    f"claimable ({claimable[0][0] if claimable else '?'} now)",
+                )
             elif quiet > QUIET_AFTER and pid not in self.dumped:
                 self.dumped.add(pid)
                 out = self.workdir / f"quiet-{pid}.txt"
                 py_spy_dump(pid, out)
-                self.notes.append(f"worker {pid} delivered nothing for {quiet:.0f}s while events were claimable; "
-                                  f"py-spy dump: {out}")
+                self.notes.append(
+                    f"worker {pid} delivered nothing for {quiet:.0f}s while events were claimable; py-spy dump: {out}"
+                )
 
     def report_stuck(self, pid: int, what: str) -> None:
         self.reported.add(pid)
@@ -322,8 +384,7 @@ class Soak:
         self.drain(deliveries)
         code = self.listener.stop(grace=20)
         if code != 0:
-            self.problems.append(f"listener did not stop cleanly on SIGTERM (exit {code}): "
-                                 f"{self.listener.log_tail(5)}")
+            self.problems.append(f"listener did not stop cleanly on SIGTERM (exit {code}): {self.listener.log_tail(5)}")
         return self.check()
 
     def drain(self, deliveries: Progress) -> None:
@@ -346,8 +407,9 @@ class Soak:
 
     def check(self) -> Report:
         for _ in range(30):
-            journal_rows = self.query("SELECT CHANGE_NO, TRIM(TBL), ACT, ROW_ID, PREV_NO, PRODUCER, TXN "
-                                      "FROM SOAK_CHANGES")
+            journal_rows = self.query(
+                "SELECT CHANGE_NO, TRIM(TBL), ACT, ROW_ID, PREV_NO, PRODUCER, TXN FROM SOAK_CHANGES"
+            )
             leftovers = self.leftovers()
             if journal_rows is not None and leftovers is not None:
                 break
@@ -363,8 +425,9 @@ class Soak:
             faults += [Fault(begin, end, None, "restart") for begin, end in self.server.restarts]
             faults += [Fault(begin, end, None, "external-restart") for begin, end in self.server.external]
         faults += [Fault(at, at, pid, f"worker-exit-{code}") for at, pid, code in self.listener.worker_exits()]
-        report = run_checks(journal, txns, lines, faults, leftovers, ordered=self.args.mode == "ordered",
-                            key_order=self.args.key_order)
+        report = run_checks(
+            journal, txns, lines, faults, leftovers, ordered=self.args.mode == "ordered", key_order=self.args.key_order
+        )
         report.figures["producer_max_gap"] = max_commit_gap(txns)
         for p, producer in enumerate(self.producers, start=1):
             if producer.returncode != 0:

@@ -27,8 +27,11 @@ import fb3server
 HERE = Path(__file__).resolve().parent
 PY_SPY = Path(sys.executable).with_name("py-spy")
 RESTART_EVERY = 1.0  # do not restart a listener that keeps failing (server down) more often
-WORKER_EXIT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ subs\.listener: "
-                         r"worker pid (\d+) exited with code (-?\d+)", re.MULTILINE)
+WORKER_EXIT = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ subs\.listener: "
+    r"worker pid (\d+) exited with code (-?\d+)",
+    re.MULTILINE,
+)
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -37,7 +40,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return int(fields[1]), int(fields[2])
 
 
@@ -83,8 +86,9 @@ class Listener:
         with self.log_path.open("a") as log:
             log.write(f"==== soak: starting listener at {time.time():.3f}\n")
             log.flush()
-            self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.starts += 1
         self.started_at = time.time()
 
@@ -103,8 +107,7 @@ class Listener:
         if not self.running():
             return []
         supervisor = self.process.pid
-        return [pid for pid in _all_pids()
-                if (_stat(pid) or (0, 0))[0] == supervisor and "spawn_main" in _cmdline(pid)]
+        return [pid for pid in _all_pids() if (_stat(pid) or (0, 0))[0] == supervisor and "spawn_main" in _cmdline(pid)]
 
     def group(self) -> list[int]:
         if self.process is None:
@@ -153,8 +156,10 @@ class Listener:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return []
-        return [(time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000, int(pid), int(code))
-                for stamp, ms, pid, code in WORKER_EXIT.findall(text)]
+        return [
+            (time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000, int(pid), int(code))
+            for stamp, ms, pid, code in WORKER_EXIT.findall(text)
+        ]
 
     def log_count(self, text: str) -> int:
         try:
@@ -175,8 +180,9 @@ def py_spy_dump(pid: int, out: Path) -> str:
         text = f"py-spy not installed (pip install py-spy into {PY_SPY.parent.parent})\n"
     else:
         try:
-            result = subprocess.run([str(PY_SPY), "dump", "--native", "--pid", str(pid)],
-                                    capture_output=True, text=True, timeout=60)
+            result = subprocess.run(
+                [str(PY_SPY), "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+            )
             text = result.stdout + result.stderr
         except subprocess.TimeoutExpired:
             text = "py-spy dump timed out\n"

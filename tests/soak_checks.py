@@ -49,8 +49,11 @@ class Change:
 
 
 def expected_tags(change: Change) -> list[str]:
-    return [tag for table, actions, tag, _, when in SUBSCRIPTIONS
-            if table == change.table and change.action in actions and when(change.no)]
+    return [
+        tag
+        for table, actions, tag, _, when in SUBSCRIPTIONS
+        if table == change.table and change.action in actions and when(change.no)
+    ]
 
 
 @dataclass
@@ -92,8 +95,16 @@ def deliveries_from(lines: Iterable[dict]) -> list[Delivery]:
     for line in lines:
         ident = (line["e"], line["p"], line["a"])
         if line["ph"] == "s":
-            found[ident] = Delivery(line["e"], line["a"], line["p"], line["s"],
-                                    (line["g"], line["tb"], line["x"], line["k"]), line["o"], line["t"], line["i"])
+            found[ident] = Delivery(
+                line["e"],
+                line["a"],
+                line["p"],
+                line["s"],
+                (line["g"], line["tb"], line["x"], line["k"]),
+                line["o"],
+                line["t"],
+                line["i"],
+            )
         elif ident in found:
             found[ident].end, found[ident].end_at = line["ph"], line["t"]
     return sorted(found.values(), key=lambda d: d.start)
@@ -133,16 +144,16 @@ def check_journal(report: Report, journal: list[Change], txns: list[dict]) -> di
     return commit_time
 
 
-def check_events(report: Report, journal: list[Change], txns: list[dict],
-                 deliveries: list[Delivery]) -> dict[int, Change]:
+def check_events(
+    report: Report, journal: list[Change], txns: list[dict], deliveries: list[Delivery]
+) -> dict[int, Change]:
     """Every committed change produced exactly its subscribed events, each handled;
     rolled-back changes produced none. Returns event id -> its change."""
     expected: dict[Key, Change] = {}
     for change in journal:
         for tag in expected_tags(change):
             expected[(tag, change.table, change.action, change.match)] = change
-    rolled_back = {(c[1], c[2], c[4] if c[2] == "D" else c[0])
-                   for txn in txns if txn["o"] != "c" for c in txn["ch"]}
+    rolled_back = {(c[1], c[2], c[4] if c[2] == "D" else c[0]) for txn in txns if txn["o"] != "c" for c in txn["ch"]}
 
     events_of_key: dict[Key, set[int]] = defaultdict(set)
     key_of_event: dict[int, Key] = {}
@@ -172,8 +183,10 @@ def check_events(report: Report, journal: list[Change], txns: list[dict],
         report.fail(f"{len(stray)} event(s) match no committed change", stray)
     doubled_committed = [k for k in doubled if k in expected and (k[1], k[2], k[3]) not in rolled_back]
     if doubled_committed:
-        report.fail(f"{len(doubled_committed)} change(s) produced two events for one subscription",
-                    [(k, sorted(doubled[k])) for k in doubled_committed])
+        report.fail(
+            f"{len(doubled_committed)} change(s) produced two events for one subscription",
+            [(k, sorted(doubled[k])) for k in doubled_committed],
+        )
 
     never = [key for key in expected if key not in events_of_key]
     if never:
@@ -223,8 +236,11 @@ def check_redeliveries(report: Report, deliveries: list[Delivery], faults: list[
         if ds[-1].end is None and done:
             lost.append((event, [(d.attempt, d.pid, d.end) for d in ds]))
     if unexplained:
-        report.fail(f"{len(unexplained)} redelivery(ies) without a kill or restart to explain them "
-                    "(event, attempt, pid, outcome)", unexplained)
+        report.fail(
+            f"{len(unexplained)} redelivery(ies) without a kill or restart to explain them "
+            "(event, attempt, pid, outcome)",
+            unexplained,
+        )
     if attempts:
         report.fail(f"{len(attempts)} event(s) whose attempt numbers did not increase", attempts)
     if lost:
@@ -272,8 +288,9 @@ class _MinCount:
         return best, count
 
 
-def check_order(report: Report, deliveries: list[Delivery], change_of_event: dict[int, Change],
-                commit_time: dict[int, float | None]) -> None:
+def check_order(
+    report: Report, deliveries: list[Delivery], change_of_event: dict[int, Change], commit_time: dict[int, float | None]
+) -> None:
     """Ordered mode: each subscription handles its events in EVENT_ID order.
 
     Event ids are given out when a change is made, not when it commits, so an
@@ -310,8 +327,11 @@ def check_order(report: Report, deliveries: list[Delivery], change_of_event: dic
                 violations.append((sub, event, round(claimed_after - earliest, 3)))
             tree.remove(rank[event])
     if violations:
-        report.fail(f"{len(violations)} event(s) handled before an earlier event of their subscription "
-                    "that had already committed (sub, event, seconds)", violations)
+        report.fail(
+            f"{len(violations)} event(s) handled before an earlier event of their subscription "
+            "that had already committed (sub, event, seconds)",
+            violations,
+        )
     report.figures["reordered_by_commit"] = reordered
 
 
@@ -331,8 +351,11 @@ def check_key_order(report: Report, deliveries: list[Delivery]) -> None:
             if second_start < first_end:
                 overlaps.append((group, first, second, round(first_end - second_start, 3)))
     if overlaps:
-        report.fail(f"{len(overlaps)} event(s) of a row started before the row's previous event was done "
-                    "((table, tag, key), earlier, later, seconds)", overlaps)
+        report.fail(
+            f"{len(overlaps)} event(s) of a row started before the row's previous event was done "
+            "((table, tag, key), earlier, later, seconds)",
+            overlaps,
+        )
 
 
 def check_leftovers(report: Report, rows: list[tuple]) -> None:
@@ -342,12 +365,18 @@ def check_leftovers(report: Report, rows: list[tuple]) -> None:
     pending = len(rows) - claimed - dead
     report.figures.update(pending=pending, claimed=claimed, dead=dead)
     if rows:
-        report.fail(f"{len(rows)} event(s) left in EVENT_LOG (pending {pending}, claimed {claimed}, "
-                    f"dead {dead})", rows)
+        report.fail(f"{len(rows)} event(s) left in EVENT_LOG (pending {pending}, claimed {claimed}, dead {dead})", rows)
 
 
-def run_checks(journal: list[Change], txns: list[dict], lines: Iterable[dict], faults: list[Fault],
-               leftovers: list[tuple], ordered: bool, key_order: bool = False) -> Report:
+def run_checks(
+    journal: list[Change],
+    txns: list[dict],
+    lines: Iterable[dict],
+    faults: list[Fault],
+    leftovers: list[tuple],
+    ordered: bool,
+    key_order: bool = False,
+) -> Report:
     report = Report()
     deliveries = deliveries_from(lines)
     commit_time = check_journal(report, journal, txns)

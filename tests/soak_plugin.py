@@ -52,9 +52,20 @@ def _record(line: dict) -> None:
 def handle(event: Event) -> None:
     number = change_number(event)
     base = {"e": event.id, "a": event.attempt, "p": os.getpid()}
-    _record({**base, "ph": "s", "t": time.time(), "s": event.subscription_id, "g": event.tag,
-             "tb": event.table, "x": event.action, "k": number, "i": event.pk["ID"],
-             "o": (event.old or {}).get("CHANGE_NO")})
+    _record(
+        {
+            **base,
+            "ph": "s",
+            "t": time.time(),
+            "s": event.subscription_id,
+            "g": event.tag,
+            "tb": event.table,
+            "x": event.action,
+            "k": number,
+            "i": event.pk["ID"],
+            "o": (event.old or {}).get("CHANGE_NO"),
+        }
+    )
     if sleeps(number):
         time.sleep(sleeps(number))
     if fails_first_attempt(number) and event.attempt == 1:

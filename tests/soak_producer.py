@@ -29,8 +29,9 @@ from pathlib import Path
 
 from firebird.driver import DatabaseError
 
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database, is_conflict
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import is_conflict
+from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 
 TABLES = ("SOAK_A", "SOAK_B")
@@ -50,8 +51,16 @@ class Change:
 
 
 class Producer:
-    def __init__(self, settings: ConnectionSettings, producer: int, quota: int, deadline: float,
-                 rate: float, log: Path, seed: int) -> None:
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        producer: int,
+        quota: int,
+        deadline: float,
+        rate: float,
+        log: Path,
+        seed: int,
+    ) -> None:
         self.settings = settings
         self.producer = producer
         self.quota = quota
@@ -86,8 +95,9 @@ class Producer:
         with self.db.transaction() as cursor:
             self.rows = {}
             for table in TABLES:
-                cursor.execute(f"SELECT ID, CHANGE_NO FROM {table} WHERE ID BETWEEN ? AND ?",
-                               (low, low + KEYS_PER_PRODUCER - 1))
+                cursor.execute(
+                    f"SELECT ID, CHANGE_NO FROM {table} WHERE ID BETWEEN ? AND ?", (low, low + KEYS_PER_PRODUCER - 1)
+                )
                 self.rows.update(((table, row), no) for row, no in cursor.fetchall())
 
     def close(self) -> None:
@@ -128,11 +138,13 @@ class Producer:
     def execute(self, cursor, change: Change) -> None:
         note = f"p{self.producer} t{self.txn}"
         if change.action == "I":
-            cursor.execute(f"INSERT INTO {change.table} (ID, CHANGE_NO, NOTE) VALUES (?, ?, ?)",
-                           (change.row, change.no, note))
+            cursor.execute(
+                f"INSERT INTO {change.table} (ID, CHANGE_NO, NOTE) VALUES (?, ?, ?)", (change.row, change.no, note)
+            )
         elif change.action == "U":
-            cursor.execute(f"UPDATE {change.table} SET CHANGE_NO = ?, NOTE = ? WHERE ID = ?",
-                           (change.no, note, change.row))
+            cursor.execute(
+                f"UPDATE {change.table} SET CHANGE_NO = ?, NOTE = ? WHERE ID = ?", (change.no, note, change.row)
+            )
         else:
             cursor.execute(f"DELETE FROM {change.table} WHERE ID = ?", (change.row,))
         if change.action != "I" and cursor.affected_rows != 1:
@@ -203,8 +215,14 @@ class Producer:
             self.committed += len(changes)
         else:
             self.rolled_back += len(changes)
-        line = {"p": self.producer, "n": self.txn, "o": outcome, "t": at, "why": why,
-                "ch": [astuple(change) for change in changes]}
+        line = {
+            "p": self.producer,
+            "n": self.txn,
+            "o": outcome,
+            "t": at,
+            "why": why,
+            "ch": [astuple(change) for change in changes],
+        }
         self.log.write(json.dumps(line) + "\n")
         self.log.flush()
 
@@ -221,8 +239,17 @@ class Producer:
                     time.sleep(min(pause, max(self.deadline - time.time(), 0)))
         self.close()
         self.log.close()
-        print(json.dumps({"producer": self.producer, "committed": self.committed,
-                          "rolled_back": self.rolled_back, "unknown": self.unknown, "txns": self.txn}))
+        print(
+            json.dumps(
+                {
+                    "producer": self.producer,
+                    "committed": self.committed,
+                    "rolled_back": self.rolled_back,
+                    "unknown": self.unknown,
+                    "txns": self.txn,
+                }
+            )
+        )
 
 
 def main(argv: list[str]) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from subscriptions import schema
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.schema import upgrade as schema
 
 from conftest import Subs, assert_one_line_error, execute, query, state
 
@@ -103,8 +103,10 @@ def test_init_on_a_read_only_file(tmp_path):
         assert_one_line_error(result, "no permission for read-write access", str(mounted / "app.fdb"))
     finally:
         subprocess.run(["umount", str(mounted)], check=True)
-    assert query(ConnectionSettings(str(writable / "app.fdb")),
-                 "SELECT COUNT(*) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG'") == [(0,)]
+    assert query(
+        ConnectionSettings(str(writable / "app.fdb")),
+        "SELECT COUNT(*) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG'",
+    ) == [(0,)]
 
 
 def test_two_inits_at_once(empty_settings):
@@ -112,8 +114,9 @@ def test_two_inits_at_once(empty_settings):
     the schema is there once; neither prints a traceback."""
     env = {**os.environ, "ISC_USER": empty_settings.effective_user, "ISC_PASSWORD": empty_settings.password or ""}
     command = [sys.executable, "-m", "subscriptions", "-d", empty_settings.dsn, "init"]
-    runs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    runs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     results = [(run.wait(60), *run.communicate()) for run in runs]
     for code, out, err in results:
         assert code == 0 and err == "", results

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from subscriptions.batching import BATCH_SECONDS, MAX_AUTO, BatchSize
+from subscriptions.delivery.batching import BATCH_SECONDS, MAX_AUTO, BatchSize
 
 
 def test_a_fixed_size_stays_fixed():

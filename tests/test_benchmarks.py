@@ -18,7 +18,10 @@ def run_quick(tmp_path: Path, *args: str) -> dict:
     output = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(output), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Goals" in result.stdout
@@ -26,8 +29,7 @@ def run_quick(tmp_path: Path, *args: str) -> dict:
 
 
 def figures(data: dict, workload: str, engine: str) -> dict[tuple[str, str], dict]:
-    return {(r["case"], r["metric"]): r for r in data["results"]
-            if r["workload"] == workload and r["engine"] == engine}
+    return {(r["case"], r["metric"]): r for r in data["results"] if r["workload"] == workload and r["engine"] == engine}
 
 
 def check_sane(data: dict, workloads: tuple[str, ...], engine: str) -> None:
@@ -56,7 +58,9 @@ def test_quick_run_on_embedded_firebird_covers_every_workload(tmp_path):
     rates = [row["median"] for (case, metric), row in w1.items() if metric == "events/s"]
     assert len(rates) == 6 and all(rate > 0 for rate in rates)
     assert {case for case, _ in figures(data, "W2", "fb5")} >= {
-        "subs parallel (4 workers)", "baseline 3: SKIP LOCKED queue, 4 procs"}
+        "subs parallel (4 workers)",
+        "baseline 3: SKIP LOCKED queue, 4 procs",
+    }
     w3 = figures(data, "W3", "fb5")
     assert w3[("idle listener", "handled")]["median"] == sizes["w3_events"]
     assert w3[("idle listener", "p50")]["median"] <= w3[("idle listener", "max")]["median"]

@@ -94,8 +94,9 @@ def http_peer() -> Iterator[HttpPeer]:
 
 def test_webhook_posts_event_json_with_headers(http_peer: HttpPeer) -> None:
     post = handler("webhook", {"url": f"{http_peer.base}/ok", "headers": {"X-Token": "t0k"}})
-    event = make_event("webhook", table="ORDERS", action="U", id=42, attempt=3,
-                       new={"ID": 42, "AMOUNT": Decimal("9.90")})
+    event = make_event(
+        "webhook", table="ORDERS", action="U", id=42, attempt=3, new={"ID": 42, "AMOUNT": Decimal("9.90")}
+    )
     deliver(post, event)
     [request] = http_peer.requests
     assert request.path == "/ok"
@@ -179,10 +180,15 @@ def smtp_peer() -> Iterator[tuple[MailSink, int]]:
 
 def test_send_email_delivers_json_body(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = {"host": LOOPBACK, "port": str(port), "from": "subs@example.com",
-                "to": "a@example.com, b@example.com", "starttls": "false", "timeout": "5"}
-    event = make_event("send_email", table="ORDERS", action="U", id=7,
-                       new={"ID": 7, "DAY": dt.date(2024, 1, 2)})
+    settings = {
+        "host": LOOPBACK,
+        "port": str(port),
+        "from": "subs@example.com",
+        "to": "a@example.com, b@example.com",
+        "starttls": "false",
+        "timeout": "5",
+    }
+    event = make_event("send_email", table="ORDERS", action="U", id=7, new={"ID": 7, "DAY": dt.date(2024, 1, 2)})
     deliver(handler("send_email", settings), event)
     [envelope] = sink.envelopes
     assert envelope.mail_from == "subs@example.com"
@@ -196,8 +202,13 @@ def test_send_email_delivers_json_body(smtp_peer: tuple[MailSink, int]) -> None:
 
 def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": ["ops@example.com"],
-                "subject": "{tag}: {table}#{id} attempt {attempt}"}
+    settings = {
+        "host": LOOPBACK,
+        "port": port,
+        "from": "subs@example.com",
+        "to": ["ops@example.com"],
+        "subject": "{tag}: {table}#{id} attempt {attempt}",
+    }
     deliver(handler("send_email", settings), make_event("send_email", table="T\nX", id=5, attempt=2))
     mail = email.message_from_bytes(sink.envelopes[0].content, policy=email.policy.default)
     assert mail["Subject"] == "send_email: T X#5 attempt 2"
@@ -205,8 +216,13 @@ def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[
 
 def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "nobody@example.com",
-                "password": "pw-never-shown"}
+    settings = {
+        "host": LOOPBACK,
+        "port": port,
+        "from": "subs@example.com",
+        "to": "nobody@example.com",
+        "password": "pw-never-shown",
+    }
     with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user") as failure:
         deliver(handler("send_email", settings), make_event("send_email"))
     assert "pw-never-shown" not in str(failure.value)
@@ -224,11 +240,15 @@ def test_send_email_settings_errors_name_the_tag() -> None:
     with pytest.raises(SubsError, match=r"\[handlers\.send_email\] from = .*SUBS__SEND_EMAIL__FROM"):
         deliver(handler("send_email", {"to": "a@example.com"}), make_event("send_email"))
     with pytest.raises(SubsError, match=r"starttls must be true or false"):
-        deliver(handler("send_email", {"from": "s@example.com", "to": "a@example.com", "starttls": "maybe"}),
-                make_event("send_email"))
+        deliver(
+            handler("send_email", {"from": "s@example.com", "to": "a@example.com", "starttls": "maybe"}),
+            make_event("send_email"),
+        )
     with pytest.raises(SubsError, match=r"subject is not a valid format string"):
-        deliver(handler("send_email", {"from": "s@example.com", "to": "a@example.com", "subject": "{nope}"}),
-                make_event("send_email"))
+        deliver(
+            handler("send_email", {"from": "s@example.com", "to": "a@example.com", "subject": "{nope}"}),
+            make_event("send_email"),
+        )
 
 
 # --- exec ----------------------------------------------------------------------
@@ -263,8 +283,9 @@ def test_exec_reports_exit_status_and_stderr_tail() -> None:
 def test_exec_kills_command_after_timeout() -> None:
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"killed after 0.5 s"):
-        deliver(handler("exec", {"command": python("import time; time.sleep(30)"), "timeout": "0.5"}),
-                make_event("exec"))
+        deliver(
+            handler("exec", {"command": python("import time; time.sleep(30)"), "timeout": "0.5"}), make_event("exec")
+        )
     assert time.monotonic() - start < 3
 
 
@@ -355,7 +376,7 @@ def test_alias_tag_posts_to_its_own_url(http_peer: HttpPeer) -> None:
     assert json.loads(http_peer.requests[0].body)["tag"] == "audit"
 
 
-PLUGIN = '''
+PLUGIN = """
 from subscriptions import hookimpl
 
 @hookimpl
@@ -365,7 +386,7 @@ def register_handlers(register, config):
             file.write(f"{event.tag} {event.id} {event.cursor}\\n")
     register("note", note)
     register("tx_note", note, transactional=True)
-'''
+"""
 
 
 def test_deliver_runs_a_plugin_from_a_file(tmp_path: Path) -> None:

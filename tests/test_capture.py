@@ -9,13 +9,13 @@ from decimal import Decimal
 
 import pytest
 
-from subscriptions.capture import decode
-from subscriptions.claims import Claimer, load_targets
-from subscriptions.db import Database
+from subscriptions.capture.values import decode
+from subscriptions.db.connection import Database
+from subscriptions.delivery.claims import Claimer, load_targets
 
 from conftest import Subs, events, execute, query
 
-TRICKY = "it's a \"quote\", a \\backslash\\,\nnewlines\r\n, tabs\t, 12:3: and ünïcødé ✓ 𝄞"
+TRICKY = 'it\'s a "quote", a \\backslash\\,\nnewlines\r\n, tabs\t, 12:3: and ünïcødé ✓ 𝄞'
 
 COMMON_COLUMNS = """
     ID INTEGER NOT NULL PRIMARY KEY,
@@ -78,7 +78,7 @@ def _insert(settings, engine: str) -> list[str]:
 
 def _as_read(settings) -> dict:
     """The row as firebird-driver itself returns it (the reference for types)."""
-    from subscriptions.db import Database, read_text
+    from subscriptions.db.connection import Database, read_text
 
     with Database(settings) as db, db.transaction() as cursor:
         cursor.execute("SELECT * FROM TYPED")
@@ -127,8 +127,12 @@ def test_values_round_trip_with_types(settings, engine):
 def test_booleans_round_trip(settings):
     execute(settings, "CREATE TABLE FLAGS (ID INTEGER NOT NULL PRIMARY KEY, FLAG BOOLEAN)")
     Subs(settings).ok("add", "flags", "I", "audit")
-    execute(settings, "INSERT INTO FLAGS VALUES (1, TRUE)", "INSERT INTO FLAGS VALUES (2, FALSE)",
-            "INSERT INTO FLAGS VALUES (3, NULL)")
+    execute(
+        settings,
+        "INSERT INTO FLAGS VALUES (1, TRUE)",
+        "INSERT INTO FLAGS VALUES (2, FALSE)",
+        "INSERT INTO FLAGS VALUES (3, NULL)",
+    )
     flags = [e["new"]["FLAG"] for e in events(settings)]
     assert flags == [True, False, None] and [type(f) for f in flags] == [bool, bool, type(None)]
 
@@ -163,10 +167,10 @@ def test_quoted_mixed_case_and_non_ascii_identifiers(settings, engine):
     assert "added: Ünïcode Tåble U t" in subs.ok("add", "Ünïcode Tåble", "IU", "t", "--columns", '"Value ""x"""')
     subs.ok("add", '"mixedCase"', "I", "t")
     subs.ok("add", "mixedCase", "U", "t")  # the exact name, since MIXEDCASE does not exist
-    execute(settings, 'INSERT INTO "Ünïcode Tåble" VALUES (\'ä\', 1, \'a "b"\')')
+    execute(settings, "INSERT INTO \"Ünïcode Tåble\" VALUES ('ä', 1, 'a \"b\"')")
     execute(settings, 'UPDATE "Ünïcode Tåble" SET "order" = 2')  # watched column unchanged
     execute(settings, 'UPDATE "Ünïcode Tåble" SET "Value ""x""" = NULL')
-    execute(settings, 'INSERT INTO "mixedCase" VALUES (1, \'x\')')
+    execute(settings, "INSERT INTO \"mixedCase\" VALUES (1, 'x')")
     logged = events(settings)
     assert [(e["table"], e["action"]) for e in logged] == [
         ("Ünïcode Tåble", "I"),
@@ -220,15 +224,17 @@ def test_claims_hand_over_short_and_long_values_alike(settings):
         assert [(e.pk, e.old, e.new) for e in claimed] == logged
         claimer.release(e.id for e in claimed)
         in_order = [e for target in targets.values() for e in claimer.claim_head(target, 10)]
-        assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [
-            (e.id, e.pk, e.old, e.new) for e in claimed]
+        assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [(e.id, e.pk, e.old, e.new) for e in claimed]
 
 
 def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
     execute(settings, "CREATE TABLE MANY (ID INTEGER NOT NULL PRIMARY KEY)")
     Subs(settings).ok("add", "many", "I", "t")
-    execute(settings, "EXECUTE BLOCK AS DECLARE I INTEGER = 1; BEGIN WHILE (I <= 250) DO "
-                      "BEGIN INSERT INTO MANY VALUES (:I); I = I + 1; END END")
+    execute(
+        settings,
+        "EXECUTE BLOCK AS DECLARE I INTEGER = 1; BEGIN WHILE (I <= 250) DO "
+        "BEGIN INSERT INTO MANY VALUES (:I); I = I + 1; END END",
+    )
     with Database(settings) as db:
         claimer = Claimer(db, "test:1", 30)
         (target,) = load_targets(db)

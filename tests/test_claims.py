@@ -4,12 +4,11 @@ takes on its subscription, and how parallel claims and status see it."""
 from __future__ import annotations
 
 import json
-import time
 
-from subscriptions.claims import Claimer, load_targets
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.delivery.claims import Claimer, load_targets
 
-from conftest import Subs, execute, query
+from conftest import Subs, execute, query, wait_until
 from listening import insert
 
 
@@ -45,7 +44,8 @@ def test_a_lease_taken_over_counts_the_attempt_of_the_batch_left_in_hand(items):
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
         assert len(a.claim_head(target, 3)) == 3  # then "a" dies without settling
-        time.sleep(0.7)
+        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= LOCALTIMESTAMP"
+        wait_until(lambda: query(items, expired) == [(1,)], 10, "the lease to run out")
         assert [(e.pk["ID"], e.attempt) for e in b.claim_head(target, 4)] == [(1, 2), (2, 2), (3, 2), (4, 1)]
         assert a.settle_head(target.sub_id, []) == 0
         assert b.settle_head(target.sub_id, []) == 0
@@ -60,7 +60,9 @@ def test_a_failed_ordered_attempt_is_counted_once(items):
         claimer.fail(first.id, "boom", 0, dead=False, held=True)
         claimer.settle_head(target.sub_id, [])
         assert query(items, "SELECT ATTEMPTS, LAST_ERROR FROM EVENT_LOG ORDER BY EVENT_ID")[:2] == [
-            (1, "boom"), (0, None)]
+            (1, "boom"),
+            (0, None),
+        ]
         again = claimer.claim_head(target, 1)
         assert [(e.id, e.attempt) for e in again] == [(first.id, 2)]
 
@@ -81,8 +83,11 @@ def test_a_claim_that_meets_an_uncommitted_lease_claims_nothing(items):
     with Database(items) as a_db, Database(items) as b_db:
         a = Claimer(a_db, "a:1", 30)
         with b_db.transaction() as cursor:
-            cursor.execute("UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT) "
-                           "VALUES (?, 'b:2', LOCALTIMESTAMP) MATCHING (SUB_ID)", (target.sub_id,))
+            cursor.execute(
+                "UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT) "
+                "VALUES (?, 'b:2', LOCALTIMESTAMP) MATCHING (SUB_ID)",
+                (target.sub_id,),
+            )
             assert a.claim_head(target, 5) == []
             assert a.conflicts == 1
         assert [e.pk["ID"] for e in a.claim_head(target, 2)] == [1, 2]

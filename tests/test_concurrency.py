@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from subscriptions import schema, subscribers
-from subscriptions.capture import decode
-from subscriptions.db import Database
+from subscriptions.capture import subscribers
+from subscriptions.capture.metadata import load_table
+from subscriptions.capture.trigger_sync import for_table
+from subscriptions.capture.triggers import generate
+from subscriptions.capture.values import decode
+from subscriptions.db.connection import Database
+from subscriptions.schema import upgrade as schema
 
 from conftest import Subs, events, execute, query
 
@@ -115,9 +119,14 @@ def test_upgrade_while_writers_insert(empty_settings):
     with Database(empty_settings) as db:
         schema.upgrade(db, target=4)
         execute(empty_settings, TABLE)
-        execute(empty_settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('ORDERS', 'I', 'send_email')")
+        execute(
+            empty_settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('ORDERS', 'I', 'email')"
+        )
         with db.transaction() as cursor:
-            subscribers.regenerate_triggers(db, cursor, "PK_KEY")  # the trigger as versions 2 to 5 wrote it
+            # The trigger as versions 2 to 5 wrote it.
+            trigger = generate(load_table(cursor, "ORDERS"), for_table(cursor, "ORDERS"), "SUBS$ORDERS")
+            cursor.execute(trigger.replace("(SUB_ID, ROW_KEY,", "(SUB_ID, PK_KEY,"))
+            cursor.execute('GRANT INSERT ON EVENT_LOG TO TRIGGER "SUBS$ORDERS"')
     subscribed, unused = threading.Event(), threading.Event()
     subscribed.set()
     writers = [Writer(empty_settings, subscribed, unused) for _ in range(3)]

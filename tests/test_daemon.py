@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from subscriptions import daemon
 from subscriptions.errors import SubsError
+from subscriptions.ops import detach as daemon
+from subscriptions.ops import pidfile as pidfile_module
+from subscriptions.ops import systemd
 
 # A stand-in for a listener: "subscriptions" in its argv makes it count as subs.
 LISTENER = textwrap.dedent(
@@ -33,7 +35,8 @@ STUBBORN = LISTENER.replace("lambda *_: sys.exit(0)", "signal.SIG_IGN")
 DETACHING = textwrap.dedent(
     """
     import logging, os, sys, time
-    from subscriptions import daemon, logs
+    from subscriptions import logs
+    from subscriptions.ops import detach as daemon
     from subscriptions.errors import SubsError
     try:
         daemon.detach(pidfile=sys.argv[1], logfile=sys.argv[2])
@@ -96,12 +99,12 @@ def _mode(path: Path) -> int:
     ],
 )
 def test_is_subs_rule(argv: list[str], expected: bool) -> None:
-    assert daemon.is_subs(argv) is expected
+    assert pidfile_module.is_subs(argv) is expected
 
 
 def test_pidfile_create_is_atomic_0644_and_removed_only_by_owner(tmp_path: Path) -> None:
     path = tmp_path / "subs.pid"
-    pidfile = daemon.PidFile(str(path))
+    pidfile = pidfile_module.PidFile(str(path))
     old_umask = os.umask(0o077)
     try:
         pidfile.create()
@@ -119,12 +122,11 @@ def test_pidfile_create_is_atomic_0644_and_removed_only_by_owner(tmp_path: Path)
 
 def test_pidfile_refuses_a_running_subs(tmp_path: Path, listener: subprocess.Popen[str]) -> None:
     path = tmp_path / "subs.pid"
-    daemon.PidFile(str(path)).create(listener.pid)
+    pidfile_module.PidFile(str(path)).create(listener.pid)
     with pytest.raises(SubsError) as error:
-        daemon.PidFile(str(path)).create()
+        pidfile_module.PidFile(str(path)).create()
     assert str(error.value) == (
-        f"subs is already running with pid {listener.pid} (pidfile {path}); "
-        f"stop it with `subs stop --pidfile {path}`"
+        f"subs is already running with pid {listener.pid} (pidfile {path}); stop it with `subs stop --pidfile {path}`"
     )
     assert path.read_text() == f"{listener.pid}\n"
 
@@ -133,7 +135,7 @@ def test_pidfile_refuses_a_running_subs(tmp_path: Path, listener: subprocess.Pop
 def test_pidfile_replaces_a_stale_one(tmp_path: Path, sleeper: subprocess.Popen[bytes], content: str) -> None:
     path = tmp_path / "subs.pid"
     path.write_text({"dead": f"{_dead_pid()}\n", "reused": f"{sleeper.pid}\n", "garbage": "oops"}[content])
-    daemon.PidFile(str(path)).create()
+    pidfile_module.PidFile(str(path)).create()
     assert path.read_text() == f"{os.getpid()}\n"
 
 
@@ -166,8 +168,8 @@ def test_stop_refuses_to_signal_an_unrelated_process(tmp_path: Path, sleeper: su
     path.write_text(f"{sleeper.pid}\n")
     with pytest.raises(SubsError, match=f"names pid {sleeper.pid}, which is not subs \\(sleep 30\\); not signalling"):
         daemon.stop(str(path))
-    time.sleep(0.1)
-    assert sleeper.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(0.2)  # it was not signalled: still running
     assert path.exists()
 
 
@@ -222,17 +224,17 @@ def test_detach_runs_in_background_until_stopped(tmp_path: Path) -> None:
         assert time.monotonic() - started < 5
         pid = int(pidfile.read_text())
         assert result.stdout == f"subs listening in the background, pid {pid} (log: subs.log)\n"
-        assert daemon.is_alive(pid) and pid != os.getpid()
+        assert pidfile_module.is_alive(pid) and pid != os.getpid()
         assert _mode(pidfile) == 0o644
         assert _mode(logfile) == 0o600
         entry = json.loads(_wait_for_line(logfile, started + 5))
         assert entry["message"] == "daemon up" and entry["process"] == pid
         assert entry["cwd"] == str(tmp_path) and entry["umask"] == 0o027
         assert daemon.stop(str(pidfile), timeout=5) == pid
-        assert not daemon.is_alive(pid)
+        assert not pidfile_module.is_alive(pid)
         assert not pidfile.exists()
     finally:
-        if pidfile.exists() and daemon.is_alive(pid := int(pidfile.read_text())):
+        if pidfile.exists() and pidfile_module.is_alive(pid := int(pidfile.read_text())):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -251,7 +253,7 @@ def test_detach_reports_a_running_listener_as_an_error(tmp_path: Path, listener:
 
 
 def test_systemd_unit() -> None:
-    unit = daemon.systemd_unit(
+    unit = systemd.systemd_unit(
         executable="/opt/my apps/.venv/bin/subs",
         arguments=["--database", "/data/100% sure.fdb", "listen", "--log-format", "json", 'say "$HOME"'],
         working_directory="/srv/subs work",
@@ -259,8 +261,12 @@ def test_systemd_unit() -> None:
         user="subs",
     )
     lines = unit.splitlines()
-    assert lines[:4] == ["[Unit]", "Description=subs listener", "Wants=network-online.target",
-                         "After=network-online.target"]
+    assert lines[:4] == [
+        "[Unit]",
+        "Description=subs listener",
+        "Wants=network-online.target",
+        "After=network-online.target",
+    ]
     assert (
         'ExecStart="/opt/my apps/.venv/bin/subs" --database "/data/100%% sure.fdb" listen --log-format json '
         '"say \\"$$HOME\\""'
@@ -279,7 +285,7 @@ def test_systemd_unit() -> None:
     ]:
         assert line in lines
     assert "password" not in unit.lower()
-    without_user = daemon.systemd_unit(
+    without_user = systemd.systemd_unit(
         executable="/usr/bin/subs", arguments=["listen"], working_directory="/", environment_file="/etc/subs.env"
     )
     assert "User=" not in without_user and "ExecStart=/usr/bin/subs listen" in without_user.splitlines()
@@ -295,7 +301,7 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
     executable.chmod(0o755)
     unit = tmp_path / "subs-test.service"
     unit.write_text(
-        daemon.systemd_unit(
+        systemd.systemd_unit(
             executable=str(executable),
             arguments=["-d", str(home / "it's.fdb"), "listen", 'a "quoted" \\ word', ""],
             working_directory=str(home),
@@ -309,7 +315,7 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argument", ["--password", "--password=secret"])
 def test_systemd_unit_refuses_a_password_argument(argument: str) -> None:
     with pytest.raises(ValueError, match="ISC_PASSWORD"):
-        daemon.systemd_unit(
+        systemd.systemd_unit(
             executable="/usr/bin/subs",
             arguments=[argument, "secret", "listen"],
             working_directory="/srv",

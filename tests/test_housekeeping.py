@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 import time
 
-from subscriptions import housekeeping, reaper
-from subscriptions.claims import Claimer, load_targets
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.delivery import housekeeping, reaper
+from subscriptions.delivery.claims import Claimer, load_targets
 
 from conftest import execute, query, queue_index_segments
 from listening import insert, supervise

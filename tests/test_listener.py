@@ -15,8 +15,8 @@ import pytest
 from subscriptions.errors import SubsError
 
 import fb3server
-from conftest import Subs, execute, query
-from listening import Listener, handled, insert, remaining, supervise
+from conftest import Subs, execute, query, state, wait_until
+from listening import Listener, handled, insert, remaining, supervise, worker_attached
 
 
 @pytest.mark.parametrize("batch", ["7", "auto"])
@@ -51,7 +51,7 @@ def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, list
 
 
 def test_key_order_keeps_each_rows_events_in_order_across_workers(items, tmp_path, listeners):
-    from subscriptions.db import Database
+    from subscriptions.db.connection import Database
 
     # Each row's six events are next to each other in the log, so that without
     # --key-order the workers' batches would split them.
@@ -62,8 +62,20 @@ def test_key_order_keeps_each_rows_events_in_order_across_workers(items, tmp_pat
                 cursor.execute("UPDATE ITEMS SET NOTE = ? WHERE ID = ?", (note, key))
             if key % 2:
                 cursor.execute("DELETE FROM ITEMS WHERE ID = ?", (key,))
-    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "4", "--key-order",
-                        "--batch", "3", "--backoff-min", "0")
+    listener = Listener(
+        items,
+        tmp_path,
+        "--drain",
+        "--mode",
+        "parallel",
+        "--workers",
+        "4",
+        "--key-order",
+        "--batch",
+        "3",
+        "--backoff-min",
+        "0",
+    )
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     lines = listener.lines()
@@ -145,7 +157,8 @@ def test_long_handler_keeps_its_lease(items, tmp_path, listeners, mode):
     listener = Listener(items, tmp_path, "--mode", mode, "--workers", "3", "--lease", "2", "--poll", "0.3")
     listeners.append(listener)
     listener.wait_for(lambda lines: len(handled(lines)) == 4)
-    time.sleep(1.5)
+    # A handled event is deleted: a second delivery could only have started
+    # while its first one ran.
     starts = [line["key"] for line in listener.lines() if line["phase"] == "start"]
     assert sorted(starts) == [1, 2, 3, 4], "an event was delivered twice while its handler was healthy"
 
@@ -178,8 +191,9 @@ def test_transactional_and_plain_handlers_share_a_batch(items, tmp_path, listene
     Subs(items).ok("add", "items", "I", "audit")
     insert(items, 1, 3)
     insert(items, 4, 1, "fail")
-    listener = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "20",
-                        "--max-attempts", "1")
+    listener = Listener(
+        items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "20", "--max-attempts", "1"
+    )
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     assert query(items, "SELECT ITEM_ID FROM AUDIT ORDER BY ITEM_ID") == [(1,), (2,), (3,)]
@@ -202,11 +216,17 @@ def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
 
 
 def test_notifications_wake_an_idle_listener(items, tmp_path, listeners):
+    """With --poll 300, only the notification can bring the second row's event
+    to the handler within seconds: the first row proves the worker is up and
+    registered (it registers before its first drain)."""
     listener = Listener(items, tmp_path, "--poll", "300")
     listeners.append(listener)
-    time.sleep(3)
     insert(items, 1, 1)
-    listener.wait_for(lambda lines: handled(lines), timeout=30)
+    listener.wait_for(lambda lines: handled(lines) == [1], timeout=60)
+    insert(items, 2, 1)
+    committed = time.monotonic()
+    listener.wait_for(lambda lines: handled(lines) == [1, 2], timeout=30)
+    assert time.monotonic() - committed < 10, "the idle worker was not woken by the notification"
 
 
 def test_transactional_handler_commits_with_the_acknowledgement(items, tmp_path, listeners):
@@ -266,7 +286,7 @@ def test_status_counts(items):
 def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkeypatch, caplog):
     """A worker stuck outside a handler (SIGSTOP stands in for a hung driver
     call) is killed by the supervisor and a new one takes over."""
-    from subscriptions import listener
+    from subscriptions.delivery import supervisor as listener
 
     monkeypatch.setattr(listener, "STALL_MARGIN", 1.0)
     replaced: list[int] = []
@@ -276,7 +296,7 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
         while not supervisor.workers and time.monotonic() < deadline:
             time.sleep(0.05)
         stuck = supervisor.workers[0]
-        time.sleep(1.0)
+        wait_until(lambda: worker_attached(items, stuck.pid), 60, "the worker to attach")
         os.kill(stuck.pid, signal.SIGSTOP)
         while supervisor.workers[0] is stuck and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -291,7 +311,7 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
     assert [(line["key"], line["phase"], line["pid"]) for line in lines][-1] == (1, "done", replaced[0])
 
 
-ODD_HANDLERS = '''
+ODD_HANDLERS = """
 import asyncio, os
 from subscriptions import hookimpl
 
@@ -310,7 +330,7 @@ async def awaited(event):
     await asyncio.sleep(0.01)
     with open(os.environ["RECORD_FILE"], "a") as file:
         file.write(f"{event.id}\\n")
-'''
+"""
 
 
 def test_odd_handler_return_values(items, tmp_path):
@@ -320,11 +340,18 @@ def test_odd_handler_return_values(items, tmp_path):
     insert(items, 1, 2)
     plugin, record = tmp_path / "odd.py", tmp_path / "awaited.txt"
     plugin.write_text(ODD_HANDLERS)
-    env = {**os.environ, "RECORD_FILE": str(record), "ISC_USER": items.effective_user,
-           "ISC_PASSWORD": items.password or ""}
+    env = {
+        **os.environ,
+        "RECORD_FILE": str(record),
+        "ISC_USER": items.effective_user,
+        "ISC_PASSWORD": items.password or "",
+    }
     result = subprocess.run(
         [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--drain", "--plugin", str(plugin)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("handler for rec returned False; return values are ignored") == 1, result.stderr
@@ -332,14 +359,14 @@ def test_odd_handler_return_values(items, tmp_path):
     assert remaining(items) == 0
 
 
-HANGING_REGISTRATION = '''
+HANGING_REGISTRATION = """
 import time
 from firebird.driver.core import EventCollector
 
 # Stands in for the embedded engine wedged in isc_que_events after a process
 # of the database was SIGKILLed (tests/SOAK-NOTES.md, finding 3).
 EventCollector.begin = lambda self: time.sleep(3600)
-'''
+"""
 
 
 @pytest.mark.parametrize("engine", ["fb5"], indirect=True)
@@ -353,3 +380,18 @@ def test_hanging_event_registration_falls_back_to_polling(items, tmp_path, liste
     listener.wait_for(lambda lines: len(handled(lines)) == 5)
     assert "registering for event notifications did not finish" in listener.output()
     assert "exited" not in listener.output(), "the worker was not replaced: it kept going"
+
+
+def test_the_start_up_check_only_reads(items):
+    """`listen` checks the setup without writing (with --detach it runs in a
+    child before the fork); start-up housekeeping happens once, in prepare."""
+    from subscriptions.delivery import startup
+    from subscriptions.delivery.options import ListenOptions
+
+    execute(items, "INSERT INTO EVENT_LOG (SUB_ID, ROW_KEY) VALUES (999, 'of a purged subscription')")
+    options = ListenOptions(settings=items)
+    before = state(items)
+    startup.check(options)
+    assert state(items) == before
+    startup.prepare(options)
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = 999") == [(0,)]

@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from subscriptions import logs, metrics
+from subscriptions import logs
+from subscriptions.db.connection import Database
+from subscriptions.delivery import metrics
+from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.delivery.metrics import QueueDepth
+from subscriptions.delivery.metrics_server import serve
 from subscriptions.errors import SubsError
+
+from conftest import Subs, execute
 
 
 @pytest.fixture(autouse=True)
@@ -95,8 +102,7 @@ def test_render_is_prometheus_text_format() -> None:
     m = metrics.Metrics()
     for outcome, seconds in [("handled", 0.003), ("handled", 0.01), ("handled", 0.2), ("failed", 20), ("dead", 1)]:
         m.observe("orders", outcome, seconds)
-    m.set_queue("orders", 5, 2, 12.5)
-    m.set_queue("idle", 0, 0, None)
+    m.set_queue([QueueDepth(1, "ORDERS", "I", "orders", 5, 2, 12.5), QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None)])
     m.count_claim_conflicts(2)
     text = m.render()
     assert text.endswith("\n")
@@ -104,12 +110,25 @@ def test_render_is_prometheus_text_format() -> None:
     assert samples['subs_events_handled_total{tag="orders"}'] == 3
     assert samples['subs_events_failed_total{tag="orders"}'] == 1
     assert samples['subs_events_dead_total{tag="orders"}'] == 1
-    assert samples['subs_queue_pending{tag="orders"}'] == 5 and samples['subs_queue_in_flight{tag="orders"}'] == 2
-    assert samples['subs_lag_seconds{tag="orders"}'] == 12.5 and samples['subs_lag_seconds{tag="idle"}'] == 0
+    orders = '{subscription="1",table="ORDERS",action="I",tag="orders"}'
+    idle = '{subscription="2",table="ORDERS",action="U",tag="idle"}'
+    assert samples[f"subs_queue_pending{orders}"] == 5 and samples[f"subs_queue_in_flight{orders}"] == 2
+    assert samples[f"subs_lag_seconds{orders}"] == 12.5 and samples[f"subs_lag_seconds{idle}"] == 0
     assert samples["subs_claim_conflicts_total"] == 2
     buckets = [(key, value) for key, value in samples.items() if key.startswith("subs_handler_duration_seconds_bucket")]
     assert [key.split('le="')[1][:-2] for key, _ in buckets] == [
-        "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "+Inf"
+        "0.005",
+        "0.01",
+        "0.025",
+        "0.05",
+        "0.1",
+        "0.25",
+        "0.5",
+        "1.0",
+        "2.5",
+        "5.0",
+        "10.0",
+        "+Inf",
     ]
     assert [value for _, value in buckets] == [1, 2, 2, 2, 2, 3, 3, 4, 4, 4, 4, 5]
     assert samples['subs_handler_duration_seconds_count{tag="orders"}'] == 5
@@ -139,7 +158,7 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     two.observe("orders", "handled", 3)
     two.observe("orders", "failed", 0.001)
     two.observe("users", "dead", 0.5)
-    supervisor.set_queue("orders", 4, 1, 2.0)
+    supervisor.set_queue([QueueDepth(7, "ORDERS", "I", "orders", 4, 1, 2.0)])
     one.count_claim_conflicts(1)
     two.count_claim_conflicts(3)
     for worker in (one, two):
@@ -153,7 +172,9 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     assert merged["durations"]["orders"]["buckets"] == [1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0]
     assert merged["durations"]["orders"]["count"] == 3
     assert merged["durations"]["orders"]["sum"] == pytest.approx(3.021)
-    assert merged["queue"] == {"orders": {"pending": 4, "in_flight": 1, "lag": 2.0}}
+    assert merged["queue"] == {
+        7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0}
+    }
     assert merged["claim_conflicts"] == 4
 
 
@@ -170,7 +191,7 @@ def _get(port: int, path: str) -> tuple[int, str, str]:
 def test_serve_answers_metrics_and_404_elsewhere() -> None:
     m = metrics.Metrics()
     m.observe("orders", "handled", 0.1)
-    server = metrics.serve(m, 0)
+    server = serve(m, 0)
     try:
         assert server.port > 0
         status, content_type, body = _get(server.port, "/metrics")
@@ -190,7 +211,29 @@ def test_serve_reports_a_port_in_use() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(SubsError) as error:
-            metrics.serve(metrics.Metrics(), port)
+            serve(metrics.Metrics(), port)
     assert str(error.value) == (
         f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port"
     )
+
+
+def test_queue_gauges_are_per_subscription_and_bounded(settings) -> None:
+    """Two subscriptions of one tag keep gauges of their own, and a refresh
+    counts each subscription's live events only up to its bound."""
+    execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    execute(settings, "CREATE TABLE USERS (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(settings).ok("add", "orders", "I", "mail")
+    Subs(settings).ok("add", "users", "I", "mail")
+    execute(settings, *(f"INSERT INTO ORDERS VALUES ({n}, 'x')" for n in range(25)))
+    execute(settings, "INSERT INTO USERS VALUES (1)")
+    with Database(settings) as db:
+        (target, *_) = load_targets(db)
+        Claimer(db, "test:1", 30).claim({target.sub_id: target}, 3)
+        depths = {(d.table, d.tag): d for d in metrics.read_queue_depth(db, max_counted=10)}
+    assert (depths["ORDERS", "mail"].pending, depths["ORDERS", "mail"].in_flight) == (7, 3)
+    assert (depths["USERS", "mail"].pending, depths["USERS", "mail"].in_flight) == (1, 0)
+    assert depths["ORDERS", "mail"].oldest_seconds is not None and depths["ORDERS", "mail"].oldest_seconds >= 0
+    gauges = metrics.Metrics()
+    gauges.set_queue(list(depths.values()))
+    pending = [line for line in gauges.render().splitlines() if line.startswith("subs_queue_pending{")]
+    assert len(pending) == 2 and all('tag="mail"' in line for line in pending)

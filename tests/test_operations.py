@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from subscriptions import daemon
+from subscriptions.ops import detach as daemon
 
-from conftest import Subs, execute, query
+from conftest import Subs, execute, query, wait_until
 
-PLUGIN = '''
+PLUGIN = """
 import os
 from subscriptions import hookimpl
 
@@ -27,7 +27,7 @@ from subscriptions import hookimpl
 @hookimpl
 def register_handlers(register):
     register("rec", lambda event: open(os.environ["RECORD_FILE"], "a").write(f"{event.id}\\n"))
-'''
+"""
 
 
 @pytest.fixture
@@ -39,21 +39,23 @@ def rec(settings, tmp_path):
 
 
 def environment(settings, tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "RECORD_FILE": str(tmp_path / "record.txt"), "ISC_USER": settings.effective_user,
-            "ISC_PASSWORD": settings.password or ""}
+    return {
+        **os.environ,
+        "RECORD_FILE": str(tmp_path / "record.txt"),
+        "ISC_USER": settings.effective_user,
+        "ISC_PASSWORD": settings.password or "",
+    }
 
 
 def subs(settings, tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
-                          env=environment(settings, tmp_path), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def wait_until(condition, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+    return subprocess.run(
+        [sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
+        env=environment(settings, tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def handled(tmp_path: Path) -> int:
@@ -72,8 +74,24 @@ def argv(pid: int) -> str:
 
 def test_detach_status_stop(rec, tmp_path):
     pidfile, logfile = tmp_path / "subs.pid", tmp_path / "subs.log"
-    started = subs(rec, tmp_path, "listen", "--detach", "--pidfile", str(pidfile), "--logfile", str(logfile),
-                   "--plugin", str(tmp_path / "plugin.py"), "--mode", "parallel", "--workers", "2", "--poll", "1")
+    started = subs(
+        rec,
+        tmp_path,
+        "listen",
+        "--detach",
+        "--pidfile",
+        str(pidfile),
+        "--logfile",
+        str(logfile),
+        "--plugin",
+        str(tmp_path / "plugin.py"),
+        "--mode",
+        "parallel",
+        "--workers",
+        "2",
+        "--poll",
+        "1",
+    )
     assert started.returncode == 0, started.stderr
     pid = int(pidfile.read_text())
     assert f"pid {pid}" in started.stdout
@@ -122,9 +140,24 @@ def listening_addresses(port: int) -> set[str]:
 def test_metrics_endpoint_on_loopback(rec, tmp_path):
     port = free_port()
     listener = subprocess.Popen(
-        [sys.executable, "-m", "subscriptions", "-d", rec.dsn, "listen", "--plugin", str(tmp_path / "plugin.py"),
-         "--metrics-port", str(port), "--poll", "1"],
-        env=environment(rec, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "subscriptions",
+            "-d",
+            rec.dsn,
+            "listen",
+            "--plugin",
+            str(tmp_path / "plugin.py"),
+            "--metrics-port",
+            str(port),
+            "--poll",
+            "1",
+        ],
+        env=environment(rec, tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         execute(rec, "INSERT INTO ITEMS VALUES (1)")
@@ -138,7 +171,8 @@ def test_metrics_endpoint_on_loopback(rec, tmp_path):
                 return ""
 
         wait_until(lambda: 'subs_events_handled_total{tag="rec"} 1' in scraped())
-        wait_until(lambda: 'subs_queue_pending{tag="rec"} 0' in scraped())  # refreshed every --poll
+        gauge = re.compile(r'^subs_queue_pending\{subscription="\d+",table="ITEMS",action="I",tag="rec"\} 0$', re.M)
+        wait_until(lambda: gauge.search(scraped()))  # refreshed every --poll
         assert listening_addresses(port) == {"127.0.0.1"}
     finally:
         listener.terminate()
@@ -149,8 +183,19 @@ def test_metrics_endpoint_on_loopback(rec, tmp_path):
 
 
 def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
-    result = subs(rec, tmp_path, "systemd-unit", "--environment-file", "/etc/subs/app.env", "--run-as", "subs",
-                  "--mode", "parallel", "--workers", "3")
+    result = subs(
+        rec,
+        tmp_path,
+        "systemd-unit",
+        "--environment-file",
+        "/etc/subs/app.env",
+        "--run-as",
+        "subs",
+        "--mode",
+        "parallel",
+        "--workers",
+        "3",
+    )
     assert result.returncode == 0, result.stderr
     unit = result.stdout
     assert "EnvironmentFile=-/etc/subs/app.env" in unit and "User=subs" in unit
@@ -172,14 +217,26 @@ def test_password_from_the_config_file_only(rec, tmp_path):
     env = {name: value for name, value in os.environ.items() if not name.startswith(("ISC_", "SUBS_"))}
     outputs = []
     for args in (["status"], ["list", "--json"], ["dead"], ["systemd-unit"], ["handlers"]):
-        result = subprocess.run([sys.executable, "-m", "subscriptions", *args], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "subscriptions", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, (args, result.stderr)
         outputs.append(result.stdout + result.stderr)
     assert "rec" in outputs[0] and f"WorkingDirectory={tmp_path}" in outputs[3]  # finds ./subs.toml
     assert not any(rec.password in output for output in outputs)
     config.write_text(config.read_text().replace(rec.password, "not-the-password"))
-    refused = subprocess.run([sys.executable, "-m", "subscriptions", "status"], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", "subscriptions", "status"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 1 and "password was rejected" in refused.stderr
     assert "not-the-password" not in refused.stderr

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from subscriptions import reaper
-from subscriptions.db import Database
+from subscriptions.db.connection import Database
+from subscriptions.delivery import reaper
 
 from conftest import query
 from listening import Listener, handled, insert, remaining
@@ -27,9 +27,9 @@ def dead_pid() -> int:
 
 HOLDER = """
 import sys
-from subscriptions import reaper
-from subscriptions.config import ConnectionSettings
-from subscriptions.db import Database
+from subscriptions.delivery import reaper
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.db.connection import Database
 
 db = Database(ConnectionSettings(sys.argv[1], sys.argv[2], sys.argv[3] or None))
 reaper.tag(db, sys.argv[4])
@@ -51,13 +51,19 @@ class Holder:
         self.settings, self.owner = settings, owner
         self.process = subprocess.Popen(
             [sys.executable, "-c", HOLDER, settings.dsn, settings.effective_user, settings.password or "", owner],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.process.stdout.readline().strip() == "1"
 
     def attached(self) -> bool:
-        rows = query(self.settings, "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES "
-                     "WHERE MON$VARIABLE_NAME = 'SUBS_WORKER' AND MON$VARIABLE_VALUE = ?", (self.owner,))
+        rows = query(
+            self.settings,
+            "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES "
+            "WHERE MON$VARIABLE_NAME = 'SUBS_WORKER' AND MON$VARIABLE_VALUE = ?",
+            (self.owner,),
+        )
         return rows[0][0] > 0
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from subscriptions import runtime
+from subscriptions.db import runtime
 
 
 def test_an_older_roots_firebird_conf_is_brought_up_to_date(tmp_path):
@@ -25,6 +25,6 @@ def test_an_older_roots_firebird_conf_is_brought_up_to_date(tmp_path):
 def test_the_embedded_engine_runs_with_our_configuration(db):
     assert db.fetch_value("SELECT MON$PAGE_BUFFERS FROM MON$DATABASE") == 2048
     assert db.fetch_value("SELECT RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') FROM RDB$DATABASE").startswith("5.")
-    assert db.fetch_value(
-        "SELECT RDB$CONFIG_VALUE FROM RDB$CONFIG WHERE RDB$CONFIG_NAME = 'ServerMode'"
-    ) == "SuperClassic"
+    assert (
+        db.fetch_value("SELECT RDB$CONFIG_VALUE FROM RDB$CONFIG WHERE RDB$CONFIG_NAME = 'ServerMode'") == "SuperClassic"
+    )

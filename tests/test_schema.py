@@ -3,13 +3,16 @@ subscriptions and events logged by older triggers, upgraded by `subs init`."""
 
 from __future__ import annotations
 
-from subscriptions import queries, schema
-from subscriptions.capture import row_expression
-from subscriptions.claims import Claimer, load_targets
-from subscriptions.db import Database
-from subscriptions.metadata import load_table
+import re
 
-from conftest import Subs, assert_one_line_error, execute, query, queue_index_segments
+from subscriptions.capture.metadata import load_table
+from subscriptions.capture.values import row_expression
+from subscriptions.db import sql as queries
+from subscriptions.db.connection import Database, read_text
+from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.schema import upgrade as schema
+
+from conftest import Subs, another_database, assert_one_line_error, execute, query, queue_index_segments
 
 TABLE = '"Bücher"'
 LAST_ERROR_TYPE = """SELECT F.RDB$FIELD_TYPE FROM RDB$RELATION_FIELDS RF
@@ -42,7 +45,7 @@ def install_version_1(settings) -> None:
         f"BEGIN INSERT INTO EVENT_LOG (SUB_ID, PK_KEY, NEW_VALUES) "
         f"VALUES (IIF(INSERTING, 1, 2), {key}, {new}); POST_EVENT 'subs:rec'; END",
     )
-    execute(settings, "GRANT INSERT ON EVENT_LOG TO TRIGGER \"SUBS$Bücher\"")
+    execute(settings, 'GRANT INSERT ON EVENT_LOG TO TRIGGER "SUBS$Bücher"')
 
 
 def test_version_1_is_upgraded_with_its_triggers_and_events(empty_settings):
@@ -89,8 +92,11 @@ def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
 
 def test_version_4_keeps_last_errors_in_a_blob(empty_settings):
     install_with_two_events(empty_settings, 4)
-    execute(empty_settings, "UPDATE EVENT_LOG SET LAST_ERROR = 'SMTP sagt nein: ü', "
-                            "NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
+    execute(
+        empty_settings,
+        "UPDATE EVENT_LOG SET LAST_ERROR = 'SMTP sagt nein: ü', "
+        "NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1",
+    )
 
     subs = Subs(empty_settings)
     assert subs.ok("init").strip() == f"upgraded schema from version 4 to {schema.LATEST}"
@@ -100,7 +106,7 @@ def test_version_4_keeps_last_errors_in_a_blob(empty_settings):
     assert "SMTP sagt nein: ü" in failed and '"ID": 1' in failed and '"ID": 2' not in failed
 
     # A second `subs init` that ran its first step after this one finished adds nothing.
-    execute(empty_settings, queries.load("schema_v5")["add_error_text"])
+    execute(empty_settings, queries.load("migrations/v5")["before/add_error_text"])
     assert query(empty_settings, LAST_ERROR_TEXT_COLUMNS) == [(0,)]
 
 
@@ -130,7 +136,9 @@ def test_version_5_with_a_table_whose_key_can_be_longer_is_not_upgraded(empty_se
     execute(empty_settings, "CREATE TABLE LONG_KEY (K VARCHAR(1000) CHARACTER SET WIN1252 NOT NULL PRIMARY KEY)")
     execute(empty_settings, "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('LONG_KEY', 'I', 'x')")
 
-    assert_one_line_error(Subs(empty_settings)("init"), "primary key of LONG_KEY can be longer than 1000", "subs remove")
+    assert_one_line_error(
+        Subs(empty_settings)("init"), "primary key of LONG_KEY can be longer than 1000", "subs remove"
+    )
     assert query(empty_settings, VERSION) == [(5,)]
     assert query(empty_settings, KEY_COLUMNS) == [("PK_KEY", 4000, 1)]
 
@@ -146,10 +154,85 @@ def test_upgrade_waits_for_a_transaction_that_logged_the_old_way(empty_settings,
         with application.connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {TABLE} VALUES (3, 'Ulysses')")
 
-        assert_one_line_error(Subs(empty_settings)("init"), "began before this upgrade and is still open",
-                              "run `subs init` again")
+        assert_one_line_error(
+            Subs(empty_settings)("init"), "began before this upgrade and is still open", "run `subs init` again"
+        )
         assert query(empty_settings, VERSION) == [(6,)]
         application.connection.commit()
 
     assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 6 to {schema.LATEST}"
     assert query(empty_settings, KEYS) == [(1, "2:IDi1:1"), (2, "2:IDi1:2"), (3, "2:IDi1:3")]
+
+
+# What `subs init` leaves in the system tables, in a form two databases can be
+# compared by: positions and generated names (RDB$n) left out, texts trimmed.
+CATALOGUE = {
+    "tables": """SELECT TRIM(RDB$RELATION_NAME), RDB$RELATION_TYPE FROM RDB$RELATIONS
+                 WHERE COALESCE(RDB$SYSTEM_FLAG, 0) = 0""",
+    "columns": """SELECT TRIM(RF.RDB$RELATION_NAME), TRIM(RF.RDB$FIELD_NAME), F.RDB$FIELD_TYPE,
+                         COALESCE(F.RDB$FIELD_SUB_TYPE, 0), F.RDB$FIELD_LENGTH, COALESCE(F.RDB$FIELD_SCALE, 0),
+                         F.RDB$CHARACTER_LENGTH, COALESCE(F.RDB$CHARACTER_SET_ID, 0),
+                         COALESCE(RF.RDB$NULL_FLAG, F.RDB$NULL_FLAG, 0), RF.RDB$IDENTITY_TYPE,
+                         TRIM(CAST(COALESCE(RF.RDB$DEFAULT_SOURCE, F.RDB$DEFAULT_SOURCE) AS VARCHAR(200)))
+                  FROM RDB$RELATION_FIELDS RF JOIN RDB$FIELDS F ON F.RDB$FIELD_NAME = RF.RDB$FIELD_SOURCE
+                  WHERE COALESCE(RF.RDB$SYSTEM_FLAG, 0) = 0""",
+    "indexes": """SELECT TRIM(I.RDB$INDEX_NAME), TRIM(I.RDB$RELATION_NAME), COALESCE(I.RDB$UNIQUE_FLAG, 0),
+                         COALESCE(I.RDB$INDEX_INACTIVE, 0), S.RDB$FIELD_POSITION, TRIM(S.RDB$FIELD_NAME)
+                  FROM RDB$INDICES I JOIN RDB$INDEX_SEGMENTS S ON S.RDB$INDEX_NAME = I.RDB$INDEX_NAME
+                  WHERE COALESCE(I.RDB$SYSTEM_FLAG, 0) = 0""",
+    "constraints": """SELECT TRIM(RDB$CONSTRAINT_NAME), TRIM(RDB$CONSTRAINT_TYPE), TRIM(RDB$RELATION_NAME),
+                             TRIM(RDB$INDEX_NAME) FROM RDB$RELATION_CONSTRAINTS""",
+    "procedures": """SELECT TRIM(RDB$PROCEDURE_NAME), RDB$PROCEDURE_SOURCE
+                     FROM RDB$PROCEDURES WHERE COALESCE(RDB$SYSTEM_FLAG, 0) = 0""",
+    "functions": """SELECT TRIM(RDB$FUNCTION_NAME), RDB$FUNCTION_SOURCE
+                    FROM RDB$FUNCTIONS WHERE COALESCE(RDB$SYSTEM_FLAG, 0) = 0""",
+    "triggers": """SELECT TRIM(RDB$TRIGGER_NAME), TRIM(RDB$RELATION_NAME), RDB$TRIGGER_TYPE, RDB$TRIGGER_SEQUENCE,
+                          COALESCE(RDB$TRIGGER_INACTIVE, 0), RDB$TRIGGER_SOURCE
+                   FROM RDB$TRIGGERS WHERE COALESCE(RDB$SYSTEM_FLAG, 0) = 0
+                     AND RDB$TRIGGER_NAME NOT STARTING WITH 'CHECK_'""",
+    "check constraints": """SELECT TRIM(C.RDB$CONSTRAINT_NAME), T.RDB$TRIGGER_SOURCE
+                            FROM RDB$CHECK_CONSTRAINTS C
+                            JOIN RDB$TRIGGERS T ON T.RDB$TRIGGER_NAME = C.RDB$TRIGGER_NAME""",
+    "generators": """SELECT TRIM(RDB$GENERATOR_NAME) FROM RDB$GENERATORS WHERE COALESCE(RDB$SYSTEM_FLAG, 0) = 0""",
+    "grants": """SELECT TRIM(RDB$USER), RDB$USER_TYPE, TRIM(RDB$RELATION_NAME), TRIM(RDB$PRIVILEGE)
+                 FROM RDB$USER_PRIVILEGES WHERE RDB$RELATION_NAME IN ('EVENT_LOG', 'EVENT_SUBSCRIBER', 'EVENT_LEASE')
+                   AND RDB$USER <> 'SYSDBA'""",
+}
+
+
+# Names the engine makes up (INTEG_12, RDB$PRIMARY3) depend on creation order.
+GENERATED_NAME = re.compile(r"^(INTEG_|RDB\$PRIMARY|RDB\$FOREIGN|RDB\$INDEX_|RDB\$)\d+$")
+
+
+def catalogue(settings) -> dict[str, list[tuple]]:
+    def clean(value: object) -> object:
+        text = value if isinstance(value, str) else read_text(value) if hasattr(value, "read") else None
+        if text is None:
+            return value
+        return GENERATED_NAME.sub(r"\1#", " ".join(text.split()))
+
+    with Database(settings) as db, db.transaction() as cursor:
+        found = {}
+        for name, statement in CATALOGUE.items():
+            cursor.execute(statement)
+            found[name] = sorted((tuple(map(clean, row)) for row in cursor.fetchall()), key=repr)
+        return found
+
+
+def test_an_upgraded_database_has_the_system_tables_of_a_fresh_install(empty_settings):
+    """Version 1 with a subscribed table, brought up by the frozen migrations
+    and `subs init`'s trigger refresh, ends where a fresh install of the
+    current schema plus the same `subs add` ends."""
+    install_version_1(empty_settings)
+    Subs(empty_settings).ok("init")
+
+    fresh_settings = another_database(empty_settings)
+    subs = Subs(fresh_settings)
+    subs.ok("init")
+    execute(fresh_settings, f"CREATE TABLE {TABLE} (ID INTEGER NOT NULL PRIMARY KEY, TITLE VARCHAR(20))")
+    subs.ok("add", TABLE, "IU", "rec")
+
+    upgraded, installed = catalogue(empty_settings), catalogue(fresh_settings)
+    assert upgraded["triggers"], "the subscribed table's trigger is compared too"
+    for name in CATALOGUE:
+        assert upgraded[name] == installed[name], name

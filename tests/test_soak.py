@@ -28,9 +28,27 @@ SECONDS = {"fb3": 40, "fb5": 70}
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])
 @pytest.mark.parametrize("engine", ["fb3"])
 def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
-    command = [sys.executable, str(SCRIPT), "--engine", engine, "--mode", mode, "--changes", str(CHANGES[engine]),
-               "--seconds", str(SECONDS[engine]), "--kill-every", "1.5", "3", "--listener-share", "0",
-               "--seed", "7", "--workdir", str(tmp_path / "soak")]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--engine",
+        engine,
+        "--mode",
+        mode,
+        "--changes",
+        str(CHANGES[engine]),
+        "--seconds",
+        str(SECONDS[engine]),
+        "--kill-every",
+        "1.5",
+        "3",
+        "--listener-share",
+        "0",
+        "--seed",
+        "7",
+        "--workdir",
+        str(tmp_path / "soak"),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS[engine] + 120)
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
@@ -47,8 +65,22 @@ def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
 
 def delivery(event: int, attempt: int, pid: int, at: float, key: tuple, sub: int = 1, end: str | None = "d"):
     tag, table, action, number = key
-    lines = [{"e": event, "a": attempt, "p": pid, "ph": "s", "t": at, "s": sub, "g": tag, "tb": table,
-              "x": action, "k": number, "i": 1, "o": None}]
+    lines = [
+        {
+            "e": event,
+            "a": attempt,
+            "p": pid,
+            "ph": "s",
+            "t": at,
+            "s": sub,
+            "g": tag,
+            "tb": table,
+            "x": action,
+            "k": number,
+            "i": 1,
+            "o": None,
+        }
+    ]
     if end:
         lines.append({"e": event, "a": attempt, "p": pid, "ph": end, "t": at + 0.01})
     return lines
@@ -59,8 +91,9 @@ COMMITTED = [{"p": 1, "n": 1, "o": "c", "t": 0.0, "why": "", "ch": [[1, "SOAK_A"
 SOAK, SOAK2 = ("soak", "SOAK_A", "I", 1), ("soak2", "SOAK_A", "I", 1)
 
 
-def check(lines: list[dict], faults: list[Fault] = (), txns: list[dict] = COMMITTED, journal=(INSERT,),
-          ordered: bool = False):
+def check(
+    lines: list[dict], faults: list[Fault] = (), txns: list[dict] = COMMITTED, journal=(INSERT,), ordered: bool = False
+):
     return run_checks(list(journal), txns, lines, list(faults), [], ordered=ordered)
 
 
@@ -102,8 +135,10 @@ def test_checker_flags_order_only_against_commit_order():
 
 def test_checker_flags_a_row_event_started_before_the_previous_one_was_done():
     journal = [Change(1, "SOAK_A", "I", 1, None), Change(2, "SOAK_A", "U", 1, 1)]
-    txns = [{"p": 1, "n": n, "o": "c", "t": 0.0, "why": "", "ch": [[n, "SOAK_A", a, 1, p]]}
-            for n, a, p in ((1, "I", None), (2, "U", 1))]
+    txns = [
+        {"p": 1, "n": n, "o": "c", "t": 0.0, "why": "", "ch": [[n, "SOAK_A", a, 1, p]]}
+        for n, a, p in ((1, "I", None), (2, "U", 1))
+    ]
     lines = delivery(10, 1, 100, 1.0, SOAK) + delivery(11, 1, 100, 1.0, SOAK2, sub=2)
     lines += [dict(line, o=1) for line in delivery(12, 1, 101, 1.005, ("soak", "SOAK_A", "U", 2), sub=3)]
     report = run_checks(journal, txns, lines, [], [], ordered=False, key_order=True)

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 from firebird.driver import DatabaseError
 
-from subscriptions import schema
 from subscriptions.cli import cli
+from subscriptions.schema import upgrade as schema
 
 from conftest import Subs, assert_one_line_error, events, execute, query, state
 
@@ -80,7 +80,7 @@ def test_update_and_delete_capture_old_and_new(subs, settings):
 
 
 def test_rolled_back_changes_log_nothing(subs, settings):
-    from subscriptions.db import Database
+    from subscriptions.db.connection import Database
 
     execute(settings, LANGUAGES)
     subs.ok("add", "languages", "I", "send_email")
@@ -200,7 +200,7 @@ def test_trigger_follows_subscriptions(subs, settings):
     assert query(settings, triggers) == []
     subs.ok("add", "languages", "I", "a")
     subs.ok("add", "languages", "D", "b")
-    (name, _), = query(settings, triggers)
+    ((name, _),) = query(settings, triggers)
     assert name == "SUBS$LANGUAGES"
     subs.ok("remove", "languages", "I", "a")
     assert len(query(settings, triggers)) == 1

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from subscriptions.metadata import Column, Table
-from subscriptions.triggers import Subscription, event_name, generate, probe, trigger_name
+from subscriptions.capture.metadata import Column, Table
+from subscriptions.capture.triggers import Subscription, event_name, generate, probe, trigger_name
 
 TABLE = Table(
     "ORDERS",

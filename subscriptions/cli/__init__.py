@@ -1,34 +1,48 @@
-"""The ``subs`` command line.
+"""The ``subs`` command line: click commands that parse, call and print.
 
-Errors a user can fix become one line on stderr here, in ``SubsGroup``, and
-nowhere else: SubsError and engine errors exit 1, usage errors (a bad option
-value, a missing argument) exit 2. The commands live in the modules of this
-package, grouped by concern.
+Lives here: the group, its global options and the one place where errors a
+user can fix become one line on stderr (``SubsGroup``: SubsError and engine
+errors exit 1, usage errors exit 2); the commands, by concern, in ``manage``
+(init, add, remove, list, demo), ``listen`` (listen, stop, systemd-unit,
+handlers) and ``monitor`` (status, failed, dead, retry, purge).
+
+May import: every other room.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
 from firebird.driver import DatabaseError
 
-from .. import __version__, schema
-from ..config import CONFIG_ENV, DEFAULT_DATABASE, ConnectionSettings, FileConfig, load_config
-from ..db import Database, first_line
-from ..errors import SubsError
+from subscriptions import __version__
+from subscriptions.config import CONFIG_ENV, FileConfig, load_config
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line
+from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings
+from subscriptions.errors import SubsError
+from subscriptions.schema.version import require_current
 
 
 class SubsGroup(click.Group):
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Click's own handling, except that a usage error is one line too
         (click prints the usage block and a hint on lines of their own)."""
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo(f"Error: {exc.format_message()}{hint}", err=True)
@@ -59,7 +73,10 @@ class App:
 
 
 def app(ctx: click.Context) -> App:
-    return ctx.find_object(App)
+    found = ctx.find_object(App)
+    if found is None:
+        raise RuntimeError("the subs group did not run before its command")
+    return found
 
 
 def open_database(ctx: click.Context, *, create: bool = False, current: bool = True) -> Database:
@@ -67,7 +84,7 @@ def open_database(ctx: click.Context, *, create: bool = False, current: bool = T
     db = Database(app(ctx).settings, create=create)
     ctx.call_on_close(db.close)
     if current:
-        schema.require_current(db)
+        require_current(db)
     return db
 
 
@@ -114,4 +131,4 @@ def main() -> None:
     cli(prog_name="subs")
 
 
-from . import listen, manage, queue  # noqa: E402,F401  (commands register themselves)
+from . import listen, manage, monitor  # noqa: E402,F401  (commands register themselves)

@@ -11,12 +11,18 @@ import sys
 
 import click
 
-from .. import daemon, listener, logs
-from ..errors import SubsError
-from ..metrics import Metrics, serve
-from ..options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
-from ..plugins import collect_handlers, plugin_manager
-from ..tables import render
+from subscriptions import logs
+from subscriptions.delivery import startup
+from subscriptions.delivery.metrics import Metrics
+from subscriptions.delivery.metrics_server import serve
+from subscriptions.delivery.options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
+from subscriptions.delivery.supervisor import Supervisor
+from subscriptions.errors import SubsError
+from subscriptions.ops import detach as background
+from subscriptions.ops import systemd
+from subscriptions.ops.text_table import render
+from subscriptions.plugins import collect_handlers, plugin_manager
+
 from . import app, cli
 
 PLUGINS_ENV = "SUBS_PLUGINS"
@@ -24,21 +30,14 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 AUTO = "auto"
 
 
-class BatchSizeType(click.ParamType):
+def _batch_size(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
     """``auto`` (None: sized by handler times) or a whole number >= 1."""
-
-    name = "N|auto"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
-        if value is None or value == AUTO:
-            return None
-        try:
-            size = int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            size = 0
-        if size < 1:
-            self.fail(f"{value!r} is neither '{AUTO}' nor a whole number >= 1", param, ctx)
-        return size
+    if value == AUTO:
+        return None
+    size = int(value) if value.isdigit() else 0
+    if size < 1:
+        raise click.BadParameter(f"{value!r} is neither '{AUTO}' nor a whole number >= 1", ctx, param)
+    return size
 
 
 def _plugins(given: tuple[str, ...]) -> tuple[str, ...]:
@@ -54,8 +53,9 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     would leave its resource tracker running with our stdout and stderr, and
     whoever reads them (a pipe, ssh) would wait for ever."""
     child = subprocess.run(
-        [sys.executable, "-c", "from subscriptions.listener import check_main; check_main()"],
-        input=pickle.dumps(options), capture_output=True,
+        [sys.executable, "-c", "from subscriptions.delivery.startup import check_main; check_main()"],
+        input=pickle.dumps(options),
+        capture_output=True,
     )
     if child.returncode != 0:
         message = child.stderr.decode(errors="replace").strip().splitlines()
@@ -63,48 +63,117 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 
 
 @cli.command()
-@click.option("--mode", type=click.Choice([ORDERED, PARALLEL]), default=ORDERED, show_default=True,
-              help="ordered: each subscription's events strictly in log order; parallel: any order.")
+@click.option(
+    "--mode",
+    type=click.Choice([ORDERED, PARALLEL]),
+    default=ORDERED,
+    show_default=True,
+    help="ordered: each subscription's events strictly in log order; parallel: any order.",
+)
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
-@click.option("--key-order", is_flag=True,
-              help="With --mode parallel: events of one row (table, tag, primary key) in log order.")
-@click.option("--batch", type=BatchSizeType(), default=AUTO, show_default=True,
-              help="Events claimed and acknowledged per transaction; auto: about 100 ms of "
-                   "handler time, at most 100.")
+@click.option(
+    "--key-order", is_flag=True, help="With --mode parallel: events of one row (table, tag, primary key) in log order."
+)
+@click.option(
+    "--batch",
+    metavar="N|auto",
+    callback=_batch_size,
+    default=AUTO,
+    show_default=True,
+    help="Events claimed and acknowledged per transaction; auto: about 100 ms of handler time, at most 100.",
+)
 @click.option("--tag", "tags", multiple=True, help="Only handle these tags (repeatable).")
-@click.option("--plugin", "plugins", multiple=True, metavar="MODULE_OR_PATH",
-              help=f"Load a handler plugin (repeatable). Env: {PLUGINS_ENV} (separated by '{os.pathsep}').")
-@click.option("--poll", type=_POSITIVE, default=5.0, show_default=True,
-              help="Seconds between checks when no event notification arrives.")
-@click.option("--lease", type=_POSITIVE, default=30.0, show_default=True,
-              help="Seconds a claim lasts without a heartbeat (a crashed worker's events come back after it).")
-@click.option("--timeout", type=_POSITIVE, default=60.0, show_default=True,
-              help="Seconds a handler may run before the attempt counts as failed.")
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds running handlers get to finish on SIGTERM/SIGINT.")
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    metavar="MODULE_OR_PATH",
+    help=f"Load a handler plugin (repeatable). Env: {PLUGINS_ENV} (separated by '{os.pathsep}').",
+)
+@click.option(
+    "--poll",
+    type=_POSITIVE,
+    default=5.0,
+    show_default=True,
+    help="Seconds between checks when no event notification arrives.",
+)
+@click.option(
+    "--lease",
+    type=_POSITIVE,
+    default=30.0,
+    show_default=True,
+    help="Seconds a claim lasts without a heartbeat (a crashed worker's events come back after it).",
+)
+@click.option(
+    "--timeout",
+    type=_POSITIVE,
+    default=60.0,
+    show_default=True,
+    help="Seconds a handler may run before the attempt counts as failed.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
+)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--backoff-min", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds before the first retry; doubles per attempt, with jitter.")
+@click.option(
+    "--backoff-min",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds before the first retry; doubles per attempt, with jitter.",
+)
 @click.option("--backoff-max", type=click.FloatRange(min=0), default=300.0, show_default=True)
-@click.option("--on-failure", type=click.Choice([DEAD, BLOCK]), default=DEAD, show_default=True,
-              help="After --max-attempts: move the event to the dead state, or keep retrying it.")
+@click.option(
+    "--on-failure",
+    type=click.Choice([DEAD, BLOCK]),
+    default=DEAD,
+    show_default=True,
+    help="After --max-attempts: move the event to the dead state, or keep retrying it.",
+)
 @click.option("--drain", is_flag=True, help="Handle what is pending now, then exit 0.")
 @click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
 @click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO",
-              show_default=True)
+@click.option(
+    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
+)
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.pass_context
-def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[str, ...], detach: bool,
-           pidfile: str | None, logfile: str | None, log_format: str, log_level: str,
-           metrics_port: int | None, metrics_host: str, tags: tuple[str, ...], **tuning: object) -> None:
+def listen(
+    ctx: click.Context,
+    mode: str,
+    workers: int | None,
+    plugins: tuple[str, ...],
+    detach: bool,
+    pidfile: str | None,
+    logfile: str | None,
+    log_format: str,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    tags: tuple[str, ...],
+    key_order: bool,
+    batch: int | None,
+    poll: float,
+    lease: float,
+    timeout: float,
+    grace: float,
+    max_attempts: int,
+    backoff_min: float,
+    backoff_max: float,
+    on_failure: str,
+    drain: bool,
+) -> None:
     """Wait for subscribed changes and hand each event to its tag's handler."""
     if detach and not (pidfile and logfile):
         raise click.UsageError("--detach needs --pidfile and --logfile")
-    if tuning["key_order"] and mode != PARALLEL:
+    if key_order and mode != PARALLEL:
         raise click.UsageError("--key-order needs --mode parallel (ordered mode already keeps log order)")
     options = ListenOptions(
         settings=app(ctx).settings,
@@ -116,36 +185,53 @@ def listen(ctx: click.Context, mode: str, workers: int | None, plugins: tuple[st
         log_level=log_level,
         log_format=log_format,
         log_file=None if detach else logfile,
-        **tuning,  # type: ignore[arg-type]
+        key_order=key_order,
+        batch=batch,
+        poll=poll,
+        lease=lease,
+        timeout=timeout,
+        grace=grace,
+        max_attempts=max_attempts,
+        backoff_min=backoff_min,
+        backoff_max=backoff_max,
+        on_failure=on_failure,
+        drain=drain,
     )
-    if detach:
-        collect_handlers(plugin_manager(options.plugins), options.handler_config)
+    if detach and pidfile and logfile:
         _check_in_fresh_process(options)
-        daemon.detach(pidfile=pidfile, logfile=logfile)  # type: ignore[arg-type]
-    logs.configure(level=log_level, fmt=log_format, logfile=options.log_file)
-    listener.check(options)
+        background.detach(pidfile=pidfile, logfile=logfile)
+        logs.configure(level=log_level, fmt=log_format)
+    else:
+        logs.configure(level=log_level, fmt=log_format, logfile=options.log_file)
+        startup.check(options)
+    startup.prepare(options)
     metrics = Metrics()
     metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
     try:
-        listener.Supervisor(options, metrics).run(with_queue_metrics=metrics_server is not None)
+        Supervisor(options, metrics).run(with_queue_metrics=metrics_server is not None)
     finally:
         if metrics_server is not None:
             metrics_server.close()
 
 
 @cli.command()
-@click.option("--pidfile", required=True, type=click.Path(dir_okay=False),
-              help="The pidfile of `subs listen --detach`.")
+@click.option(
+    "--pidfile", required=True, type=click.Path(dir_okay=False), help="The pidfile of `subs listen --detach`."
+)
 @click.option("--timeout", type=_POSITIVE, default=60.0, show_default=True, help="Seconds to wait for it to exit.")
 def stop(pidfile: str, timeout: float) -> None:
     """Stop a background listener gracefully (SIGTERM) and wait for it."""
-    pid = daemon.stop(pidfile, timeout=timeout)
+    pid = background.stop(pidfile, timeout=timeout)
     click.echo(f"stopped subs listener pid {pid}")
 
 
 @cli.command(name="systemd-unit", context_settings={"ignore_unknown_options": True})
-@click.option("--environment-file", default="/etc/subs/subs.env", show_default=True,
-              help="File with ISC_USER / ISC_PASSWORD / SUBS_* settings (keeps secrets out of the unit).")
+@click.option(
+    "--environment-file",
+    default="/etc/subs/subs.env",
+    show_default=True,
+    help="File with ISC_USER / ISC_PASSWORD / SUBS_* settings (keeps secrets out of the unit).",
+)
 @click.option("--run-as", help="User= of the service.")
 @click.argument("listen_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -156,10 +242,11 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
     settings = app(ctx).settings
     executable = shutil.which("subs") or os.path.join(os.path.dirname(sys.executable), "subs")
     arguments = ["-d", settings.target]
-    if app(ctx).config_path:
-        arguments += ["--config", os.path.abspath(app(ctx).config_path)]
+    config_path = app(ctx).config_path
+    if config_path:
+        arguments += ["--config", os.path.abspath(config_path)]
     try:
-        text = daemon.systemd_unit(
+        text = systemd.systemd_unit(
             executable=os.path.abspath(executable),
             arguments=[*arguments, "listen", *listen_args],
             working_directory=os.getcwd(),

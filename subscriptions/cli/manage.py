@@ -6,9 +6,12 @@ import json
 
 import click
 
-from .. import demo, schema, subscribers
-from ..db import MissingDatabase
-from ..tables import render
+from subscriptions.capture import subscribers
+from subscriptions.db.errors import MissingDatabase
+from subscriptions.ops import demo
+from subscriptions.ops.setup import init_database
+from subscriptions.ops.text_table import render
+
 from . import app, cli, open_database
 
 
@@ -24,7 +27,7 @@ def init(ctx: click.Context, create: bool) -> None:
             raise
         db = open_database(ctx, create=True, current=False)
         click.echo(f"created database {app(ctx).settings.dsn}")
-    before, after = schema.upgrade(db)
+    before, after = init_database(db)
     if before == after:
         click.echo(f"schema is up to date (version {after})")
     elif before == 0:

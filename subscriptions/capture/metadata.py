@@ -1,0 +1,103 @@
+"""What the catalogue (RDB$ tables) says about a user's table."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from firebird.driver import Cursor
+
+from subscriptions.db import sql
+from subscriptions.errors import SubsError
+
+from .names import lookup_names
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (\w+)", re.MULTILINE)
+_TABLE = 0
+_VIEW = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column and the RDB$FIELDS facts that decide how its values are captured."""
+
+    name: str
+    field_type: int
+    sub_type: int = 0
+    scale: int = 0
+    char_length: int | None = None
+    byte_length: int = 0
+    charset_id: int = 0
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+
+    def column(self, name: str) -> Column:
+        return next(column for column in self.columns if column.name == name)
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        return tuple(self.column(name) for name in self.primary_key)
+
+    def resolve_column(self, typed: str) -> str:
+        names = {column.name for column in self.columns}
+        for candidate in lookup_names(typed):
+            if candidate in names:
+                return candidate
+        raise SubsError(
+            f"table {self.name} has no column {typed!r}; its columns are "
+            + ", ".join(column.name for column in self.columns)
+        )
+
+
+@functools.cache
+def own_tables() -> frozenset[str]:
+    """The tables subs creates, read from the current schema: a table subs
+    writes to must never be subscribed to (its trigger would feed itself)."""
+    return frozenset(_CREATE_TABLE.findall("\n".join(sql.load("schema").values())))
+
+
+def find_table(cursor: Cursor, typed: str) -> str | None:
+    """The catalogue name of the ordinary user table ``typed`` names, if any."""
+    statements = sql.load("metadata")
+    for candidate in lookup_names(typed):
+        cursor.execute(statements["relation"], (candidate,))
+        row = cursor.fetchone()
+        if row is None:
+            continue
+        name, relation_type, system_flag = row
+        if system_flag:
+            raise SubsError(f"{name} is a system table; subscribe to your own tables")
+        if name in own_tables():
+            raise SubsError(f"{name} is subs's own table and cannot be subscribed to")
+        if relation_type == _VIEW:
+            raise SubsError(f"{name} is a view; subscribe to the table(s) behind it")
+        if relation_type != _TABLE:
+            raise SubsError(f"{name} is a temporary table; its changes are not visible to a listener")
+        return str(name)
+    return None
+
+
+def load_table(cursor: Cursor, typed: str) -> Table:
+    """Read a table's columns and primary key; refuse what we cannot subscribe to."""
+    name = find_table(cursor, typed)
+    if name is None:
+        raise SubsError(
+            f"table {typed!r} does not exist; check the name (write mixed-case names created with quotes as '\"Name\"')"
+        )
+    statements = sql.load("metadata")
+    cursor.execute(statements["columns"], (name,))
+    columns = tuple(Column(*row) for row in cursor.fetchall())
+    cursor.execute(statements["primary_key"], (name,))
+    primary_key = tuple(row[0] for row in cursor.fetchall())
+    if not primary_key:
+        raise SubsError(
+            f"table {name} has no primary key; events identify rows by it, so add one "
+            "(ALTER TABLE ... ADD PRIMARY KEY) and try again"
+        )
+    return Table(name, columns, primary_key)

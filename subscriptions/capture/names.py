@@ -1,0 +1,116 @@
+"""Validation of everything a user types that ends up near SQL.
+
+Table and column names are only ever looked up as bound parameters and then
+used in their catalogue spelling, double-quoted. Tags and action letters are
+checked against small alphabets. A ``--when`` condition is SQL by design: it
+is checked here so that it cannot leave its parentheses, and then compiled
+by the database inside the generated trigger.
+"""
+
+from __future__ import annotations
+
+import re
+
+from subscriptions.errors import SubsError
+
+ACTIONS = "IUD"
+ACTION_NAMES = {"I": "insert", "U": "update", "D": "delete"}
+TAG_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
+TAG_RULE = "a letter followed by up to 39 letters, digits, '_', '.' or '-'"
+_UNQUOTED = re.compile(r"[A-Za-z][A-Za-z0-9_$]*")
+
+
+def lookup_names(typed: str) -> list[str]:
+    """Catalogue names that ``typed`` may mean, most likely first.
+
+    ``"Mixed"`` means exactly Mixed; ``languages`` means LANGUAGES as in SQL,
+    or a table created quoted as "languages"; anything else (non-ASCII, spaces)
+    means exactly what was typed.
+    """
+    text = typed.strip()
+    if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
+        inner = text[1:-1]
+        if '"' not in inner.replace('""', ""):
+            return [inner.replace('""', '"')]
+    if _UNQUOTED.fullmatch(text):
+        return [text.upper()] if text == text.upper() else [text.upper(), text]
+    return [text]
+
+
+def split_names(text: str) -> list[str]:
+    """Split ``C1,"a,b",C3`` on commas outside double quotes."""
+    names: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for char in text:
+        if char == '"':
+            quoted = not quoted
+        if char == "," and not quoted:
+            names.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+    names.append("".join(current).strip())
+    if quoted or any(not name for name in names):
+        raise SubsError(f"--columns {text!r} is not a comma-separated list of column names")
+    return names
+
+
+def parse_actions(text: str) -> str:
+    """``IUD``-style action letters, each at most once, in canonical order."""
+    if not text or any(char not in ACTIONS for char in text) or len(set(text)) != len(text):
+        raise SubsError(
+            f"ACTIONS must be one or more of the upper-case letters I, U, D, each once "
+            f"(I=insert, U=update, D=delete), e.g. IUD; got {text!r}"
+        )
+    return "".join(char for char in ACTIONS if char in text)
+
+
+def check_tag(tag: str) -> str:
+    if not TAG_PATTERN.fullmatch(tag):
+        raise SubsError(f"tag {tag!r} is not valid: use {TAG_RULE}")
+    return tag
+
+
+def check_condition(condition: str) -> str:
+    """Refuse a ``--when`` text that could end the trigger's IF condition early:
+    statement separators, comments, unbalanced parentheses or quotes."""
+    depth = 0
+    index = 0
+    length = len(condition)
+
+    def refuse(reason: str) -> SubsError:
+        return SubsError(f"--when condition refused: {reason}; give one SQL condition on NEW/OLD")
+
+    if not condition.strip():
+        raise refuse("it is empty")
+    while index < length:
+        char = condition[index]
+        if char in "'\"":
+            end = index + 1
+            while True:
+                end = condition.find(char, end)
+                if end == -1:
+                    raise refuse(f"unterminated {char} quote")
+                if condition[end + 1 : end + 2] == char:
+                    end += 2
+                    continue
+                break
+            index = end + 1
+            continue
+        if char == ";":
+            raise refuse("';' is not allowed")
+        if condition.startswith("--", index) or condition.startswith("/*", index):
+            raise refuse("comments are not allowed")
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                raise refuse("unbalanced ')'")
+        elif ord(char) < 32 and char not in "\t\r\n":
+            raise refuse("control characters are not allowed")
+        index += 1
+    if depth:
+        raise refuse("unbalanced '('")
+    return condition.strip()

@@ -1,0 +1,216 @@
+"""Adding, removing and listing subscriptions.
+
+Every change runs in one SNAPSHOT transaction together with the trigger DDL:
+a bad ``--when`` or any other error leaves the database as it was, and two
+concurrent changes to one table conflict on the trigger and are retried from
+a fresh snapshot instead of overwriting each other's trigger. A second short
+transaction then settles the trigger (``trigger_sync.settle_trigger``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from firebird.driver import Cursor, DatabaseError
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import COLUMN_UNKNOWN, codes, first_line, is_conflict
+from subscriptions.errors import SubsError
+
+from .metadata import Table, find_table, load_table
+from .names import ACTION_NAMES, check_condition, check_tag, lookup_names, parse_actions, split_names
+from .trigger_sync import for_table, settle_trigger, subscription_from_row, sync_trigger
+from .triggers import MAX_KEY_CHARS, Subscription, probe
+from .values import is_captured, key_capacity
+
+PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
+_MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one command did to one (table, action, tag)."""
+
+    outcome: str  # added | updated | unchanged | removed | deactivated
+    subscription: Subscription
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class Listing:
+    subscription: Subscription
+    created_at: dt.datetime
+    pending: int
+    dead: int
+
+    def as_dict(self) -> dict[str, object]:
+        s = self.subscription
+        return {
+            "id": s.sub_id,
+            "table": s.table,
+            "action": s.action,
+            "tag": s.tag,
+            "columns": list(s.columns),
+            "when": s.when,
+            "active": s.active,
+            "created_at": self.created_at.isoformat(),
+            "pending": self.pending,
+            "dead": self.dead,
+        }
+
+
+def _apply(db: Database, work: Callable[[Cursor], tuple[list[Change], str | None]]) -> list[Change]:
+    """Run a subscription change, then settle the trigger of the table it touched."""
+    changes, table = db.run(work)
+    if table is not None:
+        db.run(lambda cursor: settle_trigger(db, cursor, table))
+    return changes
+
+
+def add(
+    db: Database,
+    table_typed: str,
+    actions_typed: str,
+    tag: str,
+    columns_typed: str | None = None,
+    when: str | None = None,
+) -> list[Change]:
+    """Subscribe ``tag`` to ``actions`` on a table; idempotent per (table, action, tag)."""
+    actions = parse_actions(actions_typed)
+    check_tag(tag)
+    condition = check_condition(when) if when is not None else None
+    if columns_typed is not None and "U" not in actions:
+        raise SubsError("--columns only filters updates; include U in ACTIONS or drop --columns")
+    statements = sql.load("subscribers")
+
+    def work(cursor: Cursor) -> tuple[list[Change], str | None]:
+        table = load_table(cursor, table_typed)
+        _check_key(table)
+        columns = (
+            tuple(dict.fromkeys(table.resolve_column(c) for c in split_names(columns_typed)))
+            if columns_typed is not None
+            else ()
+        )
+        existing = {(s.action, s.tag): s for s in for_table(cursor, table.name)}
+        changes = []
+        for action in actions:
+            wanted = columns if action == "U" else ()
+            encoded = json.dumps(list(wanted)) if wanted else None
+            current = existing.get((action, tag))
+            if current is None:
+                cursor.execute(statements["insert"], (table.name, action, tag, encoded, condition))
+                sub_id = cursor.fetchone()[0]
+                outcome = "added"
+            elif current.active and current.columns == wanted and current.when == condition:
+                changes.append(Change("unchanged", current))
+                continue
+            else:
+                cursor.execute(statements["update"], (encoded, condition, current.sub_id))
+                sub_id = current.sub_id
+                outcome = "updated"
+            changes.append(Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition)))
+        if all(change.outcome == "unchanged" for change in changes):
+            return changes, None
+        _check_when(cursor, table, [c.subscription for c in changes if c.outcome != "unchanged"])
+        sync_trigger(db, cursor, table)
+        return changes, table.name
+
+    return _apply(db, work)
+
+
+def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription]) -> None:
+    """Let the database judge each condition for its own action (see
+    ``triggers.probe``), whatever else the table's trigger fires on; the probe
+    trigger is undone with its savepoint, so it never outlives the check."""
+    for subscription in subscriptions:
+        if not subscription.when:
+            continue
+        cursor.transaction.savepoint(PROBE_SAVEPOINT)
+        try:
+            cursor.execute(probe(table, subscription, f"SUBS_PROBE${secrets.token_hex(6).upper()}"))
+        except DatabaseError as exc:
+            if is_conflict(exc):
+                raise
+            action = subscription.action
+            hint = _MISSING_ROW[action] if COLUMN_UNKNOWN in codes(exc) else ""
+            raise SubsError(
+                f"--when condition rejected by the database for {ACTION_NAMES[action]}s: {first_line(exc)}{hint}"
+            ) from None
+        cursor.transaction.rollback(savepoint=PROBE_SAVEPOINT)
+
+
+def _check_key(table: Table) -> None:
+    uncaptured = [c.name for c in table.key_columns if not is_captured(c)]
+    if uncaptured:
+        raise SubsError(
+            f"primary key column(s) {', '.join(uncaptured)} of {table.name} have a type subs "
+            "cannot capture (binary BLOB or binary string not 16 bytes long)"
+        )
+    if _key_too_long(table):
+        raise SubsError(
+            f"the primary key of {table.name} is too long to capture (more than {MAX_KEY_CHARS} characters)"
+        )
+
+
+def _key_too_long(table: Table) -> bool:
+    """Its captured key can be longer than EVENT_LOG.ROW_KEY holds."""
+    return key_capacity(table.key_columns) > MAX_KEY_CHARS
+
+
+def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
+    """The table name as stored in EVENT_SUBSCRIBER (the table itself may be gone)."""
+    statements = sql.load("subscribers")
+    for candidate in lookup_names(typed):
+        cursor.execute(statements["table_names"], (candidate,))
+        row = cursor.fetchone()
+        if row:
+            return str(row[0])
+    return None
+
+
+def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purge: bool = False) -> list[Change]:
+    """Unsubscribe; pending events stay (and are still delivered) unless ``purge``."""
+    actions = parse_actions(actions_typed)
+    check_tag(tag)
+    statements = sql.load("subscribers")
+
+    def work(cursor: Cursor) -> tuple[list[Change], str | None]:
+        name = _subscribed_table(cursor, table_typed)
+        current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
+        missing = [a for a in actions if (a, tag) not in current]
+        if name is None or missing:
+            raise SubsError(
+                f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
+                "`subs list` shows the subscriptions"
+            )
+        changes = []
+        for action in actions:
+            subscription = current[(action, tag)]
+            cursor.execute(statements["count_events"], (subscription.sub_id,))
+            events = cursor.fetchone()[0]
+            if purge and events:
+                cursor.execute(statements["delete_events"], (subscription.sub_id,))
+            if events and not purge:
+                cursor.execute(statements["deactivate"], (subscription.sub_id,))
+                changes.append(Change("deactivated", subscription, events))
+            else:
+                cursor.execute(statements["delete"], (subscription.sub_id,))
+                cursor.execute(statements["delete_lease"], (subscription.sub_id,))
+                changes.append(Change("removed", subscription, events))
+        if find_table(cursor, sql.quote(name)) is None:
+            return changes, None
+        sync_trigger(db, cursor, load_table(cursor, sql.quote(name)))
+        return changes, name
+
+    return _apply(db, work)
+
+
+def listing(db: Database) -> list[Listing]:
+    with db.transaction() as cursor:
+        cursor.execute(sql.load("subscribers")["list"])
+        return [Listing(subscription_from_row(row), row[7], row[8], row[9]) for row in cursor.fetchall()]

@@ -1,0 +1,135 @@
+"""Commands that watch and repair the event log: status, failed, dead, retry, purge."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from subscriptions.events import json_default
+from subscriptions.ops import repair
+from subscriptions.ops.status import problems, read_status
+from subscriptions.ops.text_table import render
+
+from . import app, cli, open_database
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _print_status(ctx: click.Context, as_json: bool) -> None:
+    rows = read_status(app(ctx).settings)
+    if as_json:
+        click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
+        return
+    headers = ("ID", "TABLE", "ACTION", "TAG", "PENDING", "IN FLIGHT", "FAILED", "DEAD", "OLDEST PENDING")
+    click.echo(
+        render(
+            headers,
+            [
+                (
+                    r.sub_id,
+                    r.table,
+                    r.action,
+                    r.tag + ("" if r.active else " (removed)"),
+                    r.pending,
+                    r.in_flight,
+                    r.failed,
+                    r.dead,
+                    _age(r.oldest_pending_age),
+                )
+                for r in rows
+            ],
+        )
+    )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--watch", type=click.FloatRange(min=0.5), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
+    """Per subscription: pending, in flight, failed, dead, oldest pending age."""
+    if watch is None:
+        _print_status(ctx, as_json)
+        return
+    try:
+        while True:
+            click.clear()
+            click.echo(time.strftime("%Y-%m-%d %H:%M:%S"))
+            _print_status(ctx, as_json)
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_problems(ctx: click.Context, kind: str, as_json: bool) -> None:
+    rows = problems(open_database(ctx), kind)
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], indent=2, default=json_default, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo(f"no {kind} events")
+        return
+    when = "NEXT ATTEMPT" if kind == "failed" else "DEAD SINCE"
+    click.echo(
+        render(
+            ("ID", "TAG", "CHANGE", "KEY", "ATTEMPTS", when, "LAST ERROR"),
+            [
+                (
+                    r.id,
+                    r.tag,
+                    f"{r.table} {r.action}",
+                    json.dumps(r.pk, default=json_default, ensure_ascii=False),
+                    r.attempts,
+                    r.when.isoformat(sep=" ", timespec="seconds") if r.when else "-",
+                    (r.last_error or "").replace("\n", " ")[:80],
+                )
+                for r in rows
+            ],
+        )
+    )
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def failed(ctx: click.Context, as_json: bool) -> None:
+    """Events whose last attempt failed and that wait for a retry."""
+    _print_problems(ctx, "failed", as_json)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_context
+def dead(ctx: click.Context, as_json: bool) -> None:
+    """Events that used up their attempts (kept until purged)."""
+    _print_problems(ctx, "dead", as_json)
+
+
+@cli.command()
+@click.argument("event_ids", nargs=-1, type=int)
+@click.option("--tag", help="Retry the dead events of this tag.")
+@click.option("--all", "everything", is_flag=True, help="Retry every dead event.")
+@click.pass_context
+def retry(ctx: click.Context, event_ids: tuple[int, ...], tag: str | None, everything: bool) -> None:
+    """Re-queue dead events: by EVENT_IDS, by --tag, or --all."""
+    count = repair.retry(open_database(ctx), ids=event_ids, tag=tag, everything=everything)
+    click.echo(f"re-queued {count} dead event(s)")
+
+
+@cli.command()
+@click.option("--older-than", "age", required=True, metavar="AGE", help="e.g. 30m, 12h, 7d; 0s for all.")
+@click.pass_context
+def purge(ctx: click.Context, age: str) -> None:
+    """Delete dead events that died more than AGE ago."""
+    events, subscriptions = repair.purge(open_database(ctx), repair.parse_age(age))
+    click.echo(f"deleted {events} dead event(s) and {subscriptions} removed subscription(s) without events")

@@ -1,0 +1,9 @@
+"""The database seam: loading the engine, connecting, running SQL from ``sql/``.
+
+Lives here: the embedded runtime (``runtime``), DSNs and credentials
+(``settings``), attachments and short transactions (``connection``), the
+named SQL blocks and identifier quoting (``sql``), engine error codes turned
+into messages (``errors``) and the one retry schedule (``retry``).
+
+May import: ``subscriptions.errors`` only. Everything else imports this.
+"""

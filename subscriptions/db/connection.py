@@ -1,0 +1,132 @@
+"""Attaching, and short transactions on one attachment."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from firebird.driver import Connection, Cursor, DatabaseError, Isolation, connect, create_database, tpb
+
+from . import runtime, sql
+from .errors import connect_error, is_conflict, is_connection_lost
+from .retry import Backoff, retrying
+from .settings import ConnectionSettings
+
+T = TypeVar("T")
+CONFLICT_ATTEMPTS = 10
+
+
+@functools.cache
+def nowait_tpb() -> bytes:
+    """READ COMMITTED NO WAIT: for claims and anything that must give way
+    rather than wait. Built on first use: building a TPB loads the client
+    library, which must be the embedded runtime's (runtime.load())."""
+    return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0))
+
+
+def open_connection(settings: ConnectionSettings, *, create: bool = False) -> Connection:
+    """Attach (or create and attach) with the UTF8 connection character set, so
+    non-ASCII identifiers and values survive both ways."""
+    runtime.load()
+    attach = create_database if create else connect
+    try:
+        return attach(
+            settings.target,
+            user=settings.effective_user,
+            password=settings.password,
+            charset="UTF8",
+        )
+    except DatabaseError as exc:
+        raise connect_error(exc, settings) from None
+
+
+class Database:
+    """One attachment, used in short transactions only (nothing is left open
+    between calls, so garbage collection is never held back by us)."""
+
+    def __init__(self, settings: ConnectionSettings, *, create: bool = False) -> None:
+        self.settings = settings
+        self.connection = open_connection(settings, create=create)
+        # (major, minor, patch) of the engine actually serving this database.
+        text = self.fetch_value(sql.load("engine")["engine_version"])
+        self.engine_version = tuple(int(part) for part in str(text).split("."))
+
+    @property
+    def supports_skip_locked(self) -> bool:
+        return self.engine_version[0] >= 5
+
+    def close(self) -> None:
+        with contextlib.suppress(DatabaseError):
+            if self.connection.main_transaction.is_active():
+                self.connection.rollback()
+        self.connection.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self, tpb: bytes | None = None) -> Iterator[Cursor]:
+        """A transaction (SNAPSHOT unless ``tpb`` says otherwise) committed on
+        success and rolled back on any error."""
+        connection = self.connection
+        if connection.main_transaction.is_active():
+            # The driver's begin() would silently commit the open transaction.
+            raise RuntimeError("nested Database.transaction()")
+        connection.begin(tpb)
+        try:
+            with connection.cursor() as cursor:
+                yield cursor
+            # Deferred work (DDL, constraint checks) can fail at commit: the
+            # transaction is then still open and must be rolled back too.
+            connection.commit()
+        except DatabaseError as exc:
+            # A rollback on a dead remote attachment can block for ever (seen
+            # on Firebird 3 with an event collector attached); the server has
+            # already undone the transaction.
+            if not is_connection_lost(exc) and connection.main_transaction.is_active():
+                connection.rollback()
+            raise
+        except BaseException:
+            if connection.main_transaction.is_active():
+                connection.rollback()
+            raise
+
+    def run(self, work: Callable[[Cursor], T], *, attempts: int = CONFLICT_ATTEMPTS) -> T:
+        """Run ``work`` in a transaction, retrying from scratch when a
+        concurrent transaction changed the same rows or metadata first."""
+
+        def once() -> T:
+            with self.transaction() as cursor:
+                return work(cursor)
+
+        return retrying(
+            once,
+            attempts=attempts,
+            retry_on=lambda exc: isinstance(exc, DatabaseError) and is_conflict(exc),
+            sleep=time.sleep,
+            backoff=Backoff(0.04, 1.0),
+        )
+
+    def fetch_value(self, statement: str, *params: object) -> Any:
+        with self.transaction() as cursor:
+            cursor.execute(statement, params)
+            row = cursor.fetchone()
+            return row[0] if row else None
+
+
+def read_text(value: object) -> str | None:
+    """A text BLOB column's value as str: the driver hands out small ones as str
+    and large ones as a BlobReader."""
+    if value is None or isinstance(value, str):
+        return value
+    with value:  # type: ignore[attr-defined]
+        return cast(str, value.read())  # type: ignore[attr-defined]

@@ -1,0 +1,87 @@
+"""Engine status codes (gds codes) in one place, and what they mean to us."""
+
+from __future__ import annotations
+
+from firebird.driver import DatabaseError
+
+from subscriptions.errors import SubsError
+
+from .settings import ConnectionSettings
+
+LOCK_CONFLICT = 335544345
+DEADLOCK = 335544336
+UPDATE_CONFLICT = 335544451
+CONCURRENT_TRANSACTION = 335544878
+UNIQUE_KEY_VIOLATION = 335544665
+NO_DUP = 335544349
+NO_CURRENT_RECORD = 335544348
+OBJECT_IN_USE = 335544453
+COLUMN_UNKNOWN = 335544578  # isc_dsql_field_err
+CONFLICT_CODES = frozenset(
+    {LOCK_CONFLICT, DEADLOCK, UPDATE_CONFLICT, CONCURRENT_TRANSACTION, UNIQUE_KEY_VIOLATION, NO_DUP}
+)
+# The attachment is gone (killed, server down, network): nothing left to roll back.
+CONNECTION_LOST_CODES = frozenset(
+    {
+        335544856,  # connection shutdown (killed through MON$ATTACHMENTS, server stopping)
+        335544721,  # unable to complete network request
+        335544726,  # error reading data from the connection
+        335544727,  # error writing data to the connection
+        335544741,  # connection lost to database
+        335544648,  # connection lost to pipe server
+        335544528,  # database shutdown
+    }
+)
+_LOGIN_FAILED = 335544472
+_NETWORK_ERROR = 335544721
+_IO_ERROR = 335544344
+_NOT_A_DATABASE = 335544323
+_OPEN_FAILED = 335544734
+
+
+class MissingDatabase(SubsError):
+    """The DSN names a database file that does not exist (``subs init --create`` makes it)."""
+
+
+def codes(exc: DatabaseError) -> frozenset[int]:
+    return frozenset(exc.gds_codes or ())
+
+
+def is_conflict(exc: DatabaseError) -> bool:
+    """True for the errors that mean "someone else changed this first; try again"."""
+    return bool(CONFLICT_CODES & codes(exc))
+
+
+def is_connection_lost(exc: DatabaseError) -> bool:
+    return bool(CONNECTION_LOST_CODES & codes(exc))
+
+
+def first_line(exc: BaseException) -> str:
+    """An engine message squeezed onto one line (they come with '-' continuation lines)."""
+    lines = [line.strip().lstrip("-").strip() for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line)
+
+
+def connect_error(exc: DatabaseError, settings: ConnectionSettings) -> SubsError:
+    """A failed attach as a message saying what to check."""
+    found = codes(exc)
+    where = settings.dsn
+    if _LOGIN_FAILED in found:
+        return SubsError(
+            f"cannot connect to {where}: user {settings.effective_user!r} or its password was "
+            "rejected; set --user/ISC_USER and ISC_PASSWORD"
+        )
+    if _NETWORK_ERROR in found:
+        return SubsError(
+            f"cannot reach the Firebird server for {where}: {first_line(exc)}; "
+            "check the host and port and that the server is running"
+        )
+    if _NOT_A_DATABASE in found:
+        return SubsError(f"{where} is not a Firebird database; check --database/SUBS_DATABASE")
+    if _IO_ERROR in found and _OPEN_FAILED in found:
+        return MissingDatabase(
+            f"database {where} does not exist; check --database/SUBS_DATABASE, or create it with `subs init --create`"
+        )
+    if _IO_ERROR in found:
+        return SubsError(f"cannot open database {where}: {first_line(exc)}")
+    return SubsError(f"cannot connect to {where}: {first_line(exc)}")

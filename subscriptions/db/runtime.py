@@ -1,0 +1,123 @@
+"""Loads the Firebird client library: the embedded Firebird 5 engine from the
+``firebird-embedded`` wheel, set up so that several processes can share one
+database file.
+
+This is the only module that knows how the wheel is laid out. Everything here
+must happen before the driver attaches to anything, and only once per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from firebird.driver import fbapi
+from firebird.embedded.provider import FirebirdProvider
+
+from subscriptions.errors import SubsError
+
+# ServerMode=Super (the wheel's default) locks the database file to one
+# process; SuperClassic lets the listener, its workers and `subs` commands
+# share it, and carries POST_EVENT between them. SuperClassic's default page
+# cache is 256 pages per process; claims walk more than that once the claim
+# index has grown (housekeeping.py), and every miss is a read.
+FIREBIRD_CONF = """\
+# Written by subs. The embedded engine reads its configuration from here.
+ServerMode = SuperClassic
+DefaultDbCachePages = 2048
+"""
+
+_lock = threading.Lock()
+
+
+class SharedRuntime(FirebirdProvider):
+    """The wheel's runtime, seen through a root whose firebird.conf says SuperClassic."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def firebird_log(self) -> Path:
+        return self._root / "firebird.log"
+
+
+def runtime_root() -> Path:
+    """Where our runtime root lives: per user and per engine version."""
+    base = os.environ.get("SUBS_RUNTIME_DIR")
+    if base:
+        return Path(base)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "subs" / f"firebird-{FirebirdProvider().package_version}"
+
+
+def _build_root(wheel_root: Path, root: Path) -> None:
+    """Create ``root`` atomically: links to the wheel's files plus our
+    firebird.conf; bring the firebird.conf of an existing root up to date."""
+    conf = root / "firebird.conf"
+    if conf.is_file():
+        if conf.read_text() != FIREBIRD_CONF:
+            _write_atomically(conf, FIREBIRD_CONF)
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
+    try:
+        for entry in wheel_root.iterdir():
+            if entry.name not in ("firebird.conf", "firebird.log"):
+                (staging / entry.name).symlink_to(entry)
+        (staging / "firebird.conf").write_text(FIREBIRD_CONF)
+        try:
+            staging.rename(root)
+        except OSError:
+            if not conf.is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Other processes may be reading ``path``: they see the old or the new text."""
+    handle, temporary = tempfile.mkstemp(prefix=".firebird.conf-", dir=path.parent)
+    with os.fdopen(handle, "w") as file:
+        file.write(text)
+    os.replace(temporary, path)
+
+
+def _preload_crypto_libraries(wheel_root: Path) -> None:
+    """The engine plugin needs libtommath (Debian's libtommath1) and the wheel's
+    libtomcrypt, which its RPATH cannot find: load both globally first."""
+    tommath = ctypes.util.find_library("tommath") or "libtommath.so.1"
+    try:
+        ctypes.CDLL(tommath, mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        raise SubsError(
+            "the embedded Firebird engine needs libtommath: install it with `apt-get install libtommath1`"
+        ) from exc
+    ctypes.CDLL(str(wheel_root / "libtomcrypt.so.1"), mode=ctypes.RTLD_GLOBAL)
+
+
+def load() -> None:
+    """Load the client library once per process (idempotent, thread-safe)."""
+    with _lock:
+        if fbapi.has_api():
+            if not isinstance(fbapi.api.provider, SharedRuntime):
+                # Something built driver objects first and the driver picked
+                # a system client library (e.g. Debian's Firebird 3).
+                raise RuntimeError("firebird-driver was initialised before subscriptions.runtime.load()")
+            return
+        wheel = FirebirdProvider()
+        root = runtime_root()
+        _build_root(wheel.root, root)
+        _preload_crypto_libraries(wheel.root)
+        # The driver only sets FIREBIRD when it is unset or differs; a caller's
+        # FIREBIRD pointing elsewhere would bring back ServerMode=Super.
+        os.environ["FIREBIRD"] = str(root)
+        fbapi.load_api(SharedRuntime(root))

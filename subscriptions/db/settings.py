@@ -1,0 +1,44 @@
+"""Where the database is and who we are on it.
+
+A plain path is a database opened by the embedded engine; ``host:path``,
+``host/port:path`` and ``inet://host:port/path`` go to a Firebird server over
+the wire.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATABASE = "subs.fdb"
+DEFAULT_USER = "SYSDBA"
+
+# host[/port]:path, where host has no slash (so "./a:b.fdb" stays a path).
+_LEGACY_REMOTE = re.compile(r"^[A-Za-z0-9_.\-\[\]]+(/[A-Za-z0-9_]+)?:.+")
+_URL_REMOTE = re.compile(r"^(inet|inet4|inet6|wnet|xnet)://", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """A DSN plus credentials. The password never shows up in ``repr``."""
+
+    dsn: str = DEFAULT_DATABASE
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def is_remote(self) -> bool:
+        return bool(_URL_REMOTE.match(self.dsn) or _LEGACY_REMOTE.match(self.dsn))
+
+    @property
+    def target(self) -> str:
+        """What the driver attaches to: remote DSNs as given, local paths made
+        absolute so every process (workers, detached listener) means one file."""
+        if self.is_remote:
+            return self.dsn
+        return str(Path(self.dsn).expanduser().absolute())
+
+    @property
+    def effective_user(self) -> str:
+        return self.user or DEFAULT_USER

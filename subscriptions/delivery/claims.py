@@ -1,0 +1,228 @@
+"""Claiming events from EVENT_LOG and settling them (ack, fail, release).
+
+Two claim strategies, chosen by engine version:
+
+- Firebird 5: ``UPDATE ... SKIP LOCKED RETURNING``: concurrent claimers get
+  disjoint rows without waiting.
+- Firebird 3/4 have no SKIP LOCKED: the claim reads the first claimable
+  events, then a PSQL block tries each in the same NO WAIT transaction and
+  catches the conflict per row, so no claimer ever sees a lock conflict either.
+
+Every claim is a short READ COMMITTED NO WAIT transaction of its own; handlers
+never run inside it. A claim is one statement that returns the claimed events
+themselves; it is prepared once per attachment, and a batch is settled with
+one statement per 500 events: with a no-op handler, preparing and executing per event cost
+more than the engine's work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from firebird.driver import Cursor, DatabaseError, Statement
+
+from subscriptions.capture.values import decode
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, nowait_tpb, read_text
+from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
+from subscriptions.events import Event
+
+MAX_ERROR_LENGTH = 2000
+# Ids per IN (...) list when settling a batch; Firebird 3 allows 1,500.
+SETTLE_CHUNK = 500
+# Prepared claim statements kept per attachment (one per set of targets seen).
+MAX_PREPARED = 32
+# Firebird 3/4: candidates read per event wanted, since other claimers may
+# be taking some of them at this moment.
+CANDIDATES_PER_EVENT = 4
+
+
+@dataclass(frozen=True)
+class Target:
+    """A subscription this listener consumes."""
+
+    sub_id: int
+    table: str
+    action: str
+    tag: str
+
+
+def load_targets(db: Database) -> list[Target]:
+    with db.transaction() as cursor:
+        cursor.execute(sql.load("claims")["subscriptions"])
+        return [Target(*row) for row in cursor.fetchall()]
+
+
+class Claimer:
+    """Claims and settles events for one owner (a worker process)."""
+
+    def __init__(self, db: Database, owner: str, lease_seconds: float, key_order: bool = False) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease_ms = int(lease_seconds * 1000)
+        self.key_order = key_order
+        self.skip_locked = db.supports_skip_locked
+        self.conflicts = 0
+        self._sql = sql.load("claims")
+        self._prepared: dict[str, Statement] = {}
+
+    def _execute(self, cursor: Cursor, statement: str, params: Sequence[Any]) -> None:
+        """Execute ``statement`` prepared once per attachment rather than per call."""
+        prepared = self._prepared.get(statement)
+        if prepared is None:
+            if len(self._prepared) >= MAX_PREPARED:  # the targets changed many times
+                for stale in self._prepared.values():
+                    stale.free()
+                self._prepared.clear()
+            prepared = self._prepared[statement] = cursor.prepare(statement)
+        cursor.execute(prepared, params)
+
+    @staticmethod
+    def _events(rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Event]:
+        """Claimed rows (the columns of claimed_columns) as events."""
+        events = []
+        for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts in rows:
+            target = targets[sub_id]
+            events.append(
+                Event(
+                    id=event_id,
+                    table=target.table,
+                    action=target.action,
+                    tag=target.tag,
+                    pk=decode(row_key) or {},
+                    old=decode(old if long_old is None else read_text(long_old)),
+                    new=decode(new if long_new is None else read_text(long_new)),
+                    attempt=attempts,
+                    created_at=created_at,
+                    subscription_id=sub_id,
+                )
+            )
+        return events
+
+    def _claim(self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target]) -> list[Event]:
+        try:
+            with self.db.transaction(nowait_tpb()) as cursor:
+                # BLOB values are read before the transaction ends.
+                return self._events(claim(cursor), targets)
+        except DatabaseError as exc:
+            # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
+            # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
+            # LOCKED RETURNING "no current record for fetch" when a row it was
+            # about to return was just acknowledged by another worker. Either
+            # way nothing was claimed: try again later.
+            if not is_conflict(exc) and NO_CURRENT_RECORD not in codes(exc):
+                raise
+            self.conflicts += 1
+            return []
+
+    def claim(self, targets: dict[int, Target], limit: int) -> list[Event]:
+        """Up to ``limit`` claimable events of ``targets``, oldest first; with
+        ``key_order``, only events with no earlier live event of their key."""
+        sub_ids = list(targets)
+
+        def on_firebird_5(cursor: Cursor) -> list[tuple[Any, ...]]:
+            statement = sql.with_parameters(self._sql["claim_skip_locked"], len(sub_ids))
+            self._execute(cursor, statement, (self.owner, self.lease_ms, *sub_ids, self.key_order, limit))
+            return _rows(cursor)
+
+        def on_firebird_3(cursor: Cursor) -> list[tuple[Any, ...]]:
+            statement = sql.with_parameters(self._sql["claim_candidates"], len(sub_ids))
+            self._execute(cursor, statement, (*sub_ids, self.key_order, limit * CANDIDATES_PER_EVENT))
+            candidates = ",".join(str(row[0]) for row in cursor.fetchall())
+            if not candidates:
+                return []
+            self._execute(cursor, self._sql["claim_fallback"], (self.owner, self.lease_ms, limit, candidates))
+            return _rows(cursor)
+
+        return self._claim(on_firebird_5 if self.skip_locked else on_firebird_3, targets)
+
+    def claim_head(self, target: Target, limit: int) -> list[Event]:
+        """The first events of one subscription, if the first one is available,
+        under the subscription's lease: settle them with ``settle_head``."""
+
+        def head(cursor: Cursor) -> list[tuple[Any, ...]]:
+            self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, target.sub_id))
+            return _rows(cursor)
+
+        return self._claim(head, {target.sub_id: target})
+
+    def _claimant(self, held: bool) -> str | None:
+        """CLAIMED_BY of our events: NULL for those held under a subscription's lease."""
+        return None if held else self.owner
+
+    def ack(self, event_ids: Sequence[int]) -> int:
+        """Delete handled events we still own; returns how many we did.
+
+        Settling is retried on a conflict, like every write here: the
+        heartbeat may have renewed the same rows a moment earlier."""
+        ids = _sorted_ids(event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
+
+    def settle_head(self, sub_id: int, done: Sequence[int]) -> int:
+        """Delete the handled events of a claim_head batch and give the
+        subscription's lease back, together; the events not handled are then
+        pending again. Returns how many were deleted."""
+        ids = _sorted_ids(done)
+
+        def work(cursor: Cursor) -> int:
+            deleted = self._settle(cursor, "ack", ids, None)
+            cursor.execute(self._sql["release_lease"], (sub_id, self.owner))
+            return deleted
+
+        return self.db.run(work)
+
+    def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
+        """Acknowledge inside the caller's transaction (transactional handlers)."""
+        cursor.execute(sql.with_parameters(self._sql["ack"], 1), (self._claimant(held), event_id))
+
+    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
+        """Record a failed attempt; ``held``: of a claim_head batch, whose claim
+        did not count the attempt."""
+        params = (
+            error[:MAX_ERROR_LENGTH],
+            int(held),
+            int(retry_in_seconds * 1000),
+            int(dead),
+            int(dead),
+            event_id,
+            self._claimant(held),
+        )
+        self.db.run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
+
+    def release(self, event_ids: Iterable[int]) -> int:
+        """Give back claimed events that were never started."""
+        ids = _sorted_ids(event_ids)
+        return self.db.run(lambda cursor: self._settle(cursor, "release", ids, self.owner)) if ids else 0
+
+    def extend(self, event_ids: Iterable[int]) -> int:
+        """Renew the leases of events still being handled and of the
+        subscriptions whose batch we hold (the heartbeat)."""
+
+        ids = _sorted_ids(event_ids)
+
+        def work(cursor: Cursor) -> int:
+            renewed = self._settle(cursor, "extend", ids, self.lease_ms, self.owner)
+            cursor.execute(self._sql["extend_leases"], (self.lease_ms, self.owner))
+            return renewed + int(cursor.affected_rows)
+
+        return self.db.run(work)
+
+    def _settle(self, cursor: Cursor, name: str, ids: list[int], *params: object) -> int:
+        """Run statement ``name`` over ``ids``, one statement per SETTLE_CHUNK
+        ids (its list of ids comes last)."""
+        done = 0
+        for start in range(0, len(ids), SETTLE_CHUNK):
+            chunk = ids[start : start + SETTLE_CHUNK]
+            cursor.execute(sql.with_parameters(self._sql[name], len(chunk)), (*params, *chunk))
+            done += cursor.affected_rows
+        return done
+
+
+def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+def _sorted_ids(event_ids: Iterable[int]) -> list[int]:
+    return sorted(int(event_id) for event_id in event_ids)

@@ -1,0 +1,71 @@
+"""Renewing the leases of claimed, unsettled events while their handlers run,
+so a healthy handler that runs longer than ``--lease`` is not delivered twice."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line
+from subscriptions.errors import SubsError
+
+from .claims import Claimer
+
+log = logging.getLogger("subs.worker")
+
+
+class InFlight:
+    """The events a worker has claimed and not settled yet.
+
+    ``settling`` serialises writes to them: settling and the heartbeat's
+    renewal write the same rows on two attachments, and with --batch > 1 they
+    could deadlock (which the engine breaks only after DeadlockTimeout, 10 s).
+    """
+
+    def __init__(self) -> None:
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self.settling = threading.Lock()
+
+    def add(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.update(ids)
+
+    def discard(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._ids.difference_update(ids)
+
+    def sorted(self) -> list[int]:
+        with self._lock:
+            return sorted(self._ids)
+
+
+def renew_leases(
+    in_flight: InFlight, attach: Callable[[], Database], owner: str, lease: float, stop: threading.Event
+) -> None:
+    """Heartbeat thread: every third of the lease, renew the leases of every
+    event in flight (running or waiting in its batch), on an attachment of
+    its own; ends when ``stop`` is set."""
+    db: Database | None = None
+    try:
+        db = attach()
+    except (DatabaseError, SubsError) as exc:
+        log.warning("could not connect for lease renewal: %s", first_line(exc))
+    while not stop.wait(lease / 3):
+        if not in_flight.sorted():
+            continue
+        try:
+            db = db or attach()
+            with in_flight.settling:
+                ids = in_flight.sorted()
+                if ids:
+                    Claimer(db, owner, lease).extend(ids)
+        except (DatabaseError, SubsError) as exc:
+            log.warning("could not renew leases: %s", first_line(exc))
+            db = None
+    if db is not None:
+        db.close()

@@ -1,0 +1,63 @@
+"""Disconnecting the attachments of dead workers.
+
+A SIGKILLed worker's attachment normally goes away with its socket (server) or
+its lock owner (embedded). But a Firebird 3 server was seen keeping such
+attachments, with their open claim transactions, for 15 minutes and more after
+a server restart: their record locks hold the head of an ordered subscription,
+which then stops. So every worker tags its attachments with its owner string
+(``host:pid``), and the listener disconnects tagged attachments of this host
+whose process is gone: at start-up (the workers of a crashed listener), when a
+worker dies, and every REAP_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database
+
+log = logging.getLogger("subs.reaper")
+
+REAP_INTERVAL = 60.0
+
+
+def owner() -> str:
+    """This process as a claim owner and attachment tag: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def tag(db: Database, worker: str) -> None:
+    """Mark ``db``'s attachment as belonging to ``worker``."""
+    with db.transaction() as cursor:
+        cursor.execute(sql.load("attachments")["tag"], (worker,))
+        cursor.fetchone()
+
+
+def is_dead_here(worker: str) -> bool:
+    """True if ``worker`` (``host:pid``) was a process of this host that is gone."""
+    host, _, pid = worker.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def reap(db: Database) -> list[str]:
+    """Disconnect the attachments of this host's dead workers; returns their owners."""
+    statements = sql.load("attachments")
+    with db.transaction() as cursor:
+        cursor.execute(statements["workers"])
+        dead = [(attachment, worker) for attachment, worker in cursor.fetchall() if is_dead_here(worker)]
+    for attachment, worker in dead:
+        with db.transaction() as cursor:
+            cursor.execute(statements["disconnect"], (attachment,))
+        log.warning("disconnected attachment %s left by dead worker %s", attachment, worker)
+    return [worker for _, worker in dead]

@@ -1,0 +1,101 @@
+"""What `subs listen` does before its first worker starts.
+
+``check`` only reads: it refuses a setup that cannot work, with one-line
+errors. ``prepare`` then writes: it clears events of purged subscriptions,
+disconnects attachments left by the workers of a killed listener and
+rebuilds the claim index. `listen --detach` runs ``check`` in a child
+interpreter before it detaches (the detaching process must never load the
+engine) and ``prepare`` in the background process; each runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import sys
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line
+from subscriptions.errors import SubsError
+from subscriptions.plugins import Handler, collect_handlers, plugin_manager
+from subscriptions.schema.version import require_current
+
+from . import housekeeping, reaper
+from .claims import load_targets
+from .options import ListenOptions
+
+log = logging.getLogger("subs.listener")
+
+
+def load_handlers(options: ListenOptions) -> dict[str, Handler]:
+    """The handlers by tag; refuses --tag values no plugin handles."""
+    handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
+    missing = [tag for tag in options.tags if tag not in handlers]
+    if missing:
+        raise SubsError(f"no handler for tag(s) {', '.join(missing)}; `subs handlers` lists the known ones")
+    return handlers
+
+
+def check(options: ListenOptions) -> None:
+    """Everything that can be wrong before a worker starts, read-only."""
+    load_handlers(options)
+    with Database(options.settings) as db:
+        require_current(db)
+
+
+def check_main() -> None:
+    """``check`` in a child interpreter (`listen --detach`): options arrive
+    pickled on stdin; an error is the last line on stderr and exit code 1."""
+    options = pickle.load(sys.stdin.buffer)
+    try:
+        check(options)
+    except (SubsError, DatabaseError) as exc:
+        print(first_line(exc), file=sys.stderr)
+        sys.exit(1)
+
+
+def rebuild_claim_index(db: Database) -> bool:
+    """Housekeeping must not stop the listener: a failure is a warning."""
+    try:
+        return housekeeping.rebuild_queue_index(db)
+    except DatabaseError as exc:
+        log.warning("could not rebuild the claim index: %s", first_line(exc))
+        return False
+
+
+def prepare(options: ListenOptions) -> None:
+    """Start-up housekeeping, and the log lines saying what will be served."""
+    handlers = load_handlers(options)
+    with Database(options.settings) as db:
+        with db.transaction() as cursor:
+            cursor.execute(sql.load("claims")["delete_orphans"])
+            orphans = cursor.affected_rows
+        reaper.reap(db)  # the workers of a listener that was killed
+        rebuild_claim_index(db)
+        targets = load_targets(db)
+        strategy = "SKIP LOCKED" if db.supports_skip_locked else "conflict-free fallback"
+        version = ".".join(map(str, db.engine_version))
+    if orphans:
+        log.info("deleted %s event(s) of purged subscriptions", orphans)
+    for target in targets:
+        if target.tag not in handlers:
+            log.warning(
+                "subscription %s (%s %s %s) has no handler for its tag; its events stay pending",
+                target.sub_id,
+                target.table,
+                target.action,
+                target.tag,
+            )
+    served = sorted(options.tags or {t.tag for t in targets if t.tag in handlers})
+    log.info(
+        "listening on %s (Firebird %s, %s) in %s mode with %s worker(s) for tags: %s",
+        options.settings.dsn,
+        version,
+        strategy,
+        options.mode,
+        options.workers,
+        ", ".join(served) or "(none yet)",
+    )

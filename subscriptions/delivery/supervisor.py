@@ -1,0 +1,168 @@
+"""`subs listen`'s supervisor of worker processes.
+
+The supervisor holds no database connection while it runs: it starts
+``--workers`` processes (spawn: forking a process that has the embedded engine
+loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
+stop bounded by ``--grace``, and kills them all on a second signal. Workers
+send their handler outcomes to it for the metrics endpoint, and stamp a shared
+progress clock: one that stops stamping for longer than a handler may run
+plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
+housekeeping thread disconnects attachments the server keeps for dead workers
+(reaper.py) when a worker dies and every REAP_INTERVAL, and rebuilds the claim
+index every REBUILD_EVERY handled events (housekeeping.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import signal
+import threading
+import time
+from ctypes import c_double
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line
+from subscriptions.errors import SubsError
+
+from . import housekeeping, reaper, worker
+from .metrics import Metrics, read_queue_depth
+from .options import ListenOptions
+from .startup import rebuild_claim_index
+
+log = logging.getLogger("subs.listener")
+RESTART_DELAY = 1.0
+STALL_MARGIN = 60.0
+
+
+@dataclass
+class Supervisor:
+    options: ListenOptions
+    metrics: Metrics = field(default_factory=Metrics)
+    stopping: bool = False
+    deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.reports = self.context.Queue()
+        self.workers: list[BaseProcess | None] = []
+        self.progress: dict[BaseProcess, c_double] = {}
+        self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
+        self.reap_now = threading.Event()
+        self.done = threading.Event()
+        self.handled_since_rebuild = 0
+
+    def _housekeep(self) -> None:
+        """Housekeeping thread: reap dead workers' attachments when a worker
+        dies (reap_now) and every REAP_INTERVAL; rebuild the claim index once
+        REBUILD_EVERY events were handled since the last rebuild."""
+        while not self.done.is_set():
+            self.reap_now.wait(reaper.REAP_INTERVAL)
+            self.reap_now.clear()
+            if self.done.is_set() or self.stopping:
+                return
+            try:
+                with Database(self.options.settings) as db:
+                    reaper.reap(db)
+                    if self.handled_since_rebuild >= housekeeping.REBUILD_EVERY and rebuild_claim_index(db):
+                        self.handled_since_rebuild = 0
+            except (DatabaseError, SubsError) as exc:
+                log.warning("housekeeping: %s", first_line(exc))
+
+    def _start(self) -> BaseProcess:
+        progress = self.context.Value("d", time.monotonic(), lock=False)
+        process = self.context.Process(
+            target=worker.main, args=(self.options, self.reports, progress), name="subs-worker", daemon=False
+        )
+        process.start()
+        self.progress[process] = progress
+        return process
+
+    def _kill_stalled(self) -> None:
+        for process in self._alive():
+            idle = time.monotonic() - self.progress[process].value
+            if idle > self.stall_limit:
+                log.error("worker pid %s made no progress for %.0fs; killing it", process.pid, idle)
+                process.kill()
+
+    def _signal(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            log.warning("second signal: stopping workers at once")
+            for process in self._alive():
+                process.kill()
+            return
+        log.info("stopping: letting handlers finish (up to %ss)", self.options.grace)
+        self.stopping = True
+        self.deadline = time.monotonic() + self.options.grace
+        for process in self._alive():
+            process.terminate()
+
+    def _alive(self) -> list[BaseProcess]:
+        return [p for p in self.workers if p is not None and p.is_alive()]
+
+    def _collect_reports(self) -> None:
+        while True:
+            try:
+                delta = self.reports.get_nowait()
+            except queue.Empty:
+                return
+            self.metrics.merge(delta)
+            self.handled_since_rebuild += sum(counts.get("handled", 0) for counts in delta["events"].values())
+
+    def _refresh_queue_metrics(self) -> None:
+        try:
+            with Database(self.options.settings) as db:
+                self.metrics.set_queue(read_queue_depth(db))
+        except (DatabaseError, SubsError) as exc:
+            log.warning("could not read queue depth: %s", first_line(exc))
+
+    def run(self, *, with_queue_metrics: bool = False) -> int:
+        previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        housekeeping_thread = threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)
+        try:
+            self.workers = [self._start() for _ in range(self.options.workers)]
+            housekeeping_thread.start()
+            next_queue_refresh = 0.0
+            while True:
+                self._collect_reports()
+                if with_queue_metrics and time.monotonic() >= next_queue_refresh:
+                    self._refresh_queue_metrics()
+                    next_queue_refresh = time.monotonic() + self.options.poll
+                for index, process in enumerate(self.workers):
+                    if process is None or process.is_alive():
+                        continue
+                    process.join()
+                    self.progress.pop(process, None)
+                    finished = self.stopping or (self.options.drain and process.exitcode == 0)
+                    if finished:
+                        self.workers[index] = None
+                        continue
+                    log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
+                    self.reap_now.set()
+                    time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
+                    self.workers[index] = self._start()
+                if all(p is None for p in self.workers):
+                    break
+                if not self.stopping:
+                    self._kill_stalled()
+                if self.stopping and time.monotonic() > self.deadline:
+                    log.warning("grace period over: killing workers")
+                    for process in self._alive():
+                        process.kill()
+                time.sleep(0.1)
+            self._collect_reports()
+            return 0
+        finally:
+            self.done.set()
+            self.reap_now.set()
+            for process in self._alive():
+                process.kill()
+            if housekeeping_thread.is_alive():
+                housekeeping_thread.join(5.0)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

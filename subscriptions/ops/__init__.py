@@ -1,0 +1,11 @@
+"""Operations: what an operator runs beside the listener.
+
+Lives here: ``subs init`` (``setup``), status and failing/dead events
+(``status``), retrying and purging (``repair``), running in the background
+(``pidfile``, ``detach``, ``systemd``), the demo (``demo``) and plain-text
+tables for the terminal (``text_table``).
+
+May import: ``subscriptions.delivery``, ``subscriptions.capture``,
+``subscriptions.schema``, ``subscriptions.db``, ``subscriptions.plugins`` and
+the top-level leaves.
+"""

@@ -1,0 +1,69 @@
+"""Repairing the event log: re-queueing dead events, purging old ones."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from firebird.driver import Cursor
+
+from subscriptions.capture.names import check_tag
+from subscriptions.db import sql
+from subscriptions.db.connection import Database
+from subscriptions.errors import SubsError
+
+
+def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, everything: bool = False) -> int:
+    """Re-queue dead events (attempts start again from 1); unknown ids are an
+    error and nothing is changed."""
+    statements = sql.load("repair")
+    if sum((bool(ids), tag is not None, everything)) != 1:
+        raise SubsError("say which dead events to retry: event ids, --tag TAG, or --all")
+
+    def work(cursor: Cursor) -> int:
+        if ids:
+            missing = []
+            for event_id in ids:
+                cursor.execute(statements["dead_by_id"], (event_id,))
+                if not cursor.fetchone()[0]:
+                    missing.append(str(event_id))
+            if missing:
+                raise SubsError(f"no dead event with id {', '.join(missing)}; `subs dead` lists them")
+            for event_id in ids:
+                cursor.execute(statements["retry_id"], (event_id,))
+            return len(ids)
+        if tag is not None:
+            cursor.execute(statements["retry_tag"], (check_tag(tag),))
+        else:
+            cursor.execute(statements["retry_all"])
+        return int(cursor.affected_rows)
+
+    return db.run(work)
+
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(text: str) -> float:
+    """``30s``, ``15m``, ``12h``, ``7d`` as seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise SubsError(f"age {text!r} is not valid; write a number and a unit s, m, h or d, e.g. 7d")
+    return int(match[1]) * _UNITS[match[2]]
+
+
+def purge(db: Database, older_than: float) -> tuple[int, int]:
+    """Delete dead events that died more than ``older_than`` seconds ago, and
+    removed subscriptions left without events; returns both counts."""
+    statements = sql.load("repair")
+
+    def work(cursor: Cursor) -> tuple[int, int]:
+        cursor.execute(statements["purge_dead"], (-int(older_than * 1000),))
+        events = cursor.affected_rows
+        cursor.execute(statements["purge_removed_subscriptions"])
+        subscriptions = cursor.affected_rows
+        cursor.execute(statements["purge_orphan_leases"])
+        return events, subscriptions
+
+    return db.run(work)

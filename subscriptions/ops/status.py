@@ -1,0 +1,82 @@
+"""What operators ask of the event log: per-subscription status, and the
+events that are failing or dead."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from subscriptions.capture.values import decode
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, read_text
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.schema.version import require_current
+
+
+@dataclass(frozen=True)
+class SubscriptionStatus:
+    sub_id: int
+    table: str
+    action: str
+    tag: str
+    active: bool
+    pending: int
+    in_flight: int
+    failed: int
+    dead: int
+    oldest_pending_age: float | None  # seconds
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProblemEvent:
+    """A failing or dead event; ``when`` is its next attempt or its death."""
+
+    id: int
+    tag: str
+    table: str
+    action: str
+    pk: dict[str, Any]
+    attempts: int
+    last_error: str | None
+    created_at: dt.datetime
+    when: dt.datetime | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
+    with Database(settings) as db:
+        require_current(db)
+        with db.transaction() as cursor:
+            cursor.execute(sql.load("status")["status"])
+            rows = cursor.fetchall()
+    return [
+        SubscriptionStatus(
+            sub_id=sub_id,
+            table=table,
+            action=action,
+            tag=tag,
+            active=active,
+            pending=int(pending or 0),
+            in_flight=int(in_flight or 0),
+            failed=int(failed or 0),
+            dead=int(dead or 0),
+            oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
+        )
+        for sub_id, table, action, tag, active, pending, in_flight, failed, dead, oldest_ms in rows
+    ]
+
+
+def problems(db: Database, kind: str) -> list[ProblemEvent]:
+    """``kind`` is "failed" (waiting for a retry) or "dead"."""
+    with db.transaction() as cursor:
+        cursor.execute(sql.load("status")[kind])
+        return [
+            ProblemEvent(row[0], row[1], row[2], row[3], decode(row[4]) or {}, row[5], read_text(row[6]), *row[7:])
+            for row in cursor.fetchall()
+        ]

@@ -1,0 +1,55 @@
+"""Which schema version a database has, and refusing to work on an old one."""
+
+from __future__ import annotations
+
+import re
+
+from firebird.driver import Cursor
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, read_text
+from subscriptions.errors import SubsError
+
+LATEST = 7
+_RECORDED = re.compile(r"RETURN\s+(\d+)")
+
+
+def installed_version(db: Database) -> int:
+    """0 for a database without subs; refuses tables of the same name that are not ours."""
+    statements = sql.load("schema_version")
+    with db.transaction() as cursor:
+        cursor.execute(statements["version_function_exists"])
+        if cursor.fetchone()[0]:
+            cursor.execute(statements["version"])
+            return int(cursor.fetchone()[0])
+        cursor.execute(statements["existing_tables"])
+        clashes = sorted(row[0] for row in cursor.fetchall())
+    if clashes:
+        raise SubsError(
+            f"{db.settings.dsn} already has table(s) {', '.join(clashes)} that subs did not "
+            "create; rename them or use another database"
+        )
+    return 0
+
+
+def recorded_version(cursor: Cursor) -> int:
+    """The version EVENT_SCHEMA_VERSION() returns, read from its source as the
+    transaction's snapshot sees it (0 if it does not exist): calling it would
+    run the body this attachment compiled, which a concurrent `subs init` may
+    have replaced since."""
+    cursor.execute(sql.load("schema_version")["version_source"])
+    row = cursor.fetchone()
+    match = _RECORDED.search(read_text(row[0]) or "") if row else None
+    return int(match.group(1)) if match else 0
+
+
+def require_current(db: Database) -> None:
+    """Refuse to work on a database whose schema is missing or out of date."""
+    version = installed_version(db)
+    if version == 0:
+        raise SubsError(f"{db.settings.dsn} has no subs schema; run `subs init` first")
+    if version != LATEST:
+        raise SubsError(
+            f"{db.settings.dsn} has subs schema version {version}, this subs needs {LATEST}; "
+            + ("run `subs init` to upgrade it" if version < LATEST else "upgrade subs")
+        )
