@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything subs needs on a fresh Debian/Ubuntu machine, then runs
-# the demo (`./dev.sh demo`) or the test suite (`./dev.sh test [pytest args]`).
+# the demo (`./dev.sh demo`) or the checks and tests (`./dev.sh test [pytest args]`:
+# ruff, mypy --strict, then pytest).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -33,6 +34,10 @@ fi
 
 case "$command" in
     demo) exec .venv/bin/subs demo "$@" ;;
-    test) exec .venv/bin/python -m pytest "$@" ;;
+    test)
+        .venv/bin/ruff check subscriptions plugins tests benchmarks
+        .venv/bin/ruff format --check subscriptions plugins tests benchmarks
+        .venv/bin/mypy
+        exec .venv/bin/python -m pytest "$@" ;;
     *) usage ;;
 esac
