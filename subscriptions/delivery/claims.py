@@ -30,13 +30,19 @@ from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
 from subscriptions.events import Event
 
 MAX_ERROR_LENGTH = 2000
-# Ids per IN (...) list when settling a batch; Firebird 3 allows 1,500.
+# Ids per IN (...) list when settling a batch; Firebird 3 allows 1,500. A
+# list is padded (repeating its last id) to the next of SETTLE_SIZES, so that
+# settling uses a few statements prepared once: preparing one with a hundred
+# parameters for every batch cost a third of the ordered throughput.
 SETTLE_CHUNK = 500
-# Prepared claim statements kept per attachment (one per set of targets seen).
-MAX_PREPARED = 32
+SETTLE_SIZES = (1, 4, 16, 64, 256, SETTLE_CHUNK)
+# Prepared statements kept per attachment (claims: one per set of targets seen).
+MAX_PREPARED = 64
 # Firebird 3/4: candidates read per event wanted, since other claimers may
-# be taking some of them at this moment.
+# be taking some of them at this moment; at most what the claim block's
+# VARCHAR(32000) list of ids holds (BIGINTs of up to 19 digits and a comma).
 CANDIDATES_PER_EVENT = 4
+MAX_CANDIDATES = 1500
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,9 @@ class Claimer:
 
         def on_firebird_3(cursor: Cursor) -> list[tuple[Any, ...]]:
             statement = sql.with_parameters(self._sql["claim_candidates"], len(sub_ids))
-            self._execute(cursor, statement, (*sub_ids, self.key_order, limit * CANDIDATES_PER_EVENT))
+            self._execute(
+                cursor, statement, (*sub_ids, self.key_order, min(limit * CANDIDATES_PER_EVENT, MAX_CANDIDATES))
+            )
             candidates = ",".join(str(row[0]) for row in cursor.fetchall())
             if not candidates:
                 return []
@@ -175,7 +183,7 @@ class Claimer:
 
     def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
-        cursor.execute(sql.with_parameters(self._sql["ack"], 1), (self._claimant(held), event_id))
+        self._execute(cursor, sql.with_parameters(self._sql["ack"], 1), (self._claimant(held), event_id))
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
         """Record a failed attempt; ``held``: of a claim_head batch, whose claim
@@ -215,8 +223,10 @@ class Claimer:
         done = 0
         for start in range(0, len(ids), SETTLE_CHUNK):
             chunk = ids[start : start + SETTLE_CHUNK]
-            cursor.execute(sql.with_parameters(self._sql[name], len(chunk)), (*params, *chunk))
-            done += cursor.affected_rows
+            size = next(size for size in SETTLE_SIZES if size >= len(chunk))
+            padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]
+            self._execute(cursor, sql.with_parameters(self._sql[name], size), (*params, *padded))
+            done += int(cursor.affected_rows)
         return done
 
 
