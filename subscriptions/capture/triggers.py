@@ -87,7 +87,7 @@ def _evaluate(condition: str) -> str:
 
 def key_hash(subscription: Subscription) -> str:
     """The event's ordering group for ``--key-order``: table, tag and key.
-    Must stay equal to ``backfill_key_hash`` in sql/schema_v2.sql."""
+    Version 2 backfilled the same hash for older events (sql/migrations/v2.sql)."""
     return f"HASH({literal(subscription.table + '|' + subscription.tag + '|')} || :row_key)"
 
 
