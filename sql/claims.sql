@@ -68,31 +68,28 @@ ORDER BY EVENT_ID
 ROWS ?;
 
 -- name: claim_fallback
--- Firebird 3/4, step 2: try each candidate (a comma-separated list of
--- EVENT_IDs) in this NO WAIT transaction and pass over the ones another
+-- Firebird 3/4, step 2: try each candidate (IDS, comma-separated) in this
+-- NO WAIT transaction and pass over the ones another
 -- claimer holds, catching the conflict per row, so claimers never see a lock
 -- conflict.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
-               CANDIDATES VARCHAR(32000) CHARACTER SET ASCII = ?)
+               IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
 RETURNS ({{claimed_outputs}})
 AS
-DECLARE CANDIDATE BIGINT;
+DECLARE ID BIGINT;
 DECLARE CLAIMED INTEGER = 0;
-DECLARE COMMA INTEGER;
 BEGIN
-    CANDIDATES = CANDIDATES || ',';
-    WHILE (CLAIMED < MAX_ROWS AND CHAR_LENGTH(CANDIDATES) > 1) DO
+    IDS = IDS || ',';
+    WHILE (CLAIMED < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
     BEGIN
-        COMMA = POSITION(',' IN CANDIDATES);
-        CANDIDATE = CAST(LEFT(CANDIDATES, COMMA - 1) AS BIGINT);
-        CANDIDATES = SUBSTRING(CANDIDATES FROM COMMA + 1);
+        {{next_id}};
         EVENT_ID = NULL;
         BEGIN
             UPDATE EVENT_LOG
             SET CLAIMED_BY = :OWNER,
                 CLAIM_EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
                 ATTEMPTS = ATTEMPTS + 1
-            WHERE EVENT_ID = :CANDIDATE
+            WHERE EVENT_ID = :ID
               AND DEAD = FALSE
               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
             RETURNING {{claimed_columns}}
@@ -180,13 +177,33 @@ AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE H
                   AND H.EXPIRES_AT > LOCALTIMESTAMP
                   AND E.EVENT_ID BETWEEN H.FIRST_EVENT AND H.LAST_EVENT)
 
--- ack, fail, release and extend act on a batch: event_ids is a list of
--- integer event ids. Only events still held by the claimant are touched: for
--- a parallel claim CLAIMED_BY is the owner, for an ordered one (under the
--- subscription's lease) CLAIMED_BY is NULL.
+-- ack, release and extend act on a batch: IDS is its event ids as one
+-- comma-separated parameter (binding a hundred parameters cost the client
+-- more than the engine's work). Only events still held by the claimant are
+-- touched: for a parallel claim CLAIMED_BY is the owner, for an ordered one
+-- (under the subscription's lease) it is NULL.
+
+-- name: next_id
+-- Takes the first id off IDS (which ends with a comma) into ID.
+ID = CAST(LEFT(IDS, POSITION(',' IN IDS) - 1) AS BIGINT);
+IDS = SUBSTRING(IDS FROM POSITION(',' IN IDS) + 1);
 
 -- name: ack
-DELETE FROM EVENT_LOG WHERE CLAIMED_BY IS NOT DISTINCT FROM ? AND EVENT_ID IN (?, ...);
+EXECUTE BLOCK (CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS (DONE INTEGER)
+AS
+DECLARE ID BIGINT;
+BEGIN
+    DONE = 0;
+    IDS = IDS || ',';
+    WHILE (CHAR_LENGTH(IDS) > 1) DO
+    BEGIN
+        {{next_id}};
+        DELETE FROM EVENT_LOG WHERE EVENT_ID = :ID AND CLAIMED_BY IS NOT DISTINCT FROM :CLAIMANT;
+        DONE = DONE + ROW_COUNT;
+    END
+    SUSPEND;
+END;
 
 -- name: fail
 -- DEAD and DEAD_AT are set when the attempt was the last one allowed. The
@@ -202,10 +219,23 @@ SET CLAIMED_BY = NULL,
 WHERE EVENT_ID = ? AND CLAIMED_BY IS NOT DISTINCT FROM ?;
 
 -- name: release
--- Give back a claimed event that was never started: the attempt did not happen.
-UPDATE EVENT_LOG
-SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
-WHERE CLAIMED_BY = ? AND EVENT_ID IN (?, ...);
+-- Give back claimed events that were never started: the attempt did not happen.
+EXECUTE BLOCK (CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS (DONE INTEGER)
+AS
+DECLARE ID BIGINT;
+BEGIN
+    DONE = 0;
+    IDS = IDS || ',';
+    WHILE (CHAR_LENGTH(IDS) > 1) DO
+    BEGIN
+        {{next_id}};
+        UPDATE EVENT_LOG SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
+        WHERE EVENT_ID = :ID AND CLAIMED_BY = :CLAIMANT;
+        DONE = DONE + ROW_COUNT;
+    END
+    SUSPEND;
+END;
 
 -- name: release_lease
 -- The ordered batch is settled: its events that were not handled are pending again.
@@ -213,9 +243,23 @@ UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAS
 WHERE SUB_ID = ? AND HOLDER = ?;
 
 -- name: extend
-UPDATE EVENT_LOG
-SET CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
-WHERE CLAIMED_BY = ? AND EVENT_ID IN (?, ...);
+EXECUTE BLOCK (LEASE_MS INTEGER = ?, CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?,
+               IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS (DONE INTEGER)
+AS
+DECLARE ID BIGINT;
+BEGIN
+    DONE = 0;
+    IDS = IDS || ',';
+    WHILE (CHAR_LENGTH(IDS) > 1) DO
+    BEGIN
+        {{next_id}};
+        UPDATE EVENT_LOG SET CLAIM_EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
+        WHERE EVENT_ID = :ID AND CLAIMED_BY = :CLAIMANT;
+        DONE = DONE + ROW_COUNT;
+    END
+    SUSPEND;
+END;
 
 -- name: extend_leases
 UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)

@@ -72,7 +72,6 @@ def with_identifiers(statement: str, **names: str) -> str:
     return _IDENTIFIER.sub(lambda found: quote(names[found.group("name")]), statement)
 
 
-@functools.lru_cache(maxsize=256)
 def with_parameters(statement: str, count: int) -> str:
     """``statement`` with its ``?, ...`` list made ``count`` parameters long."""
     if count < 1 or PARAMETER_LIST not in statement:

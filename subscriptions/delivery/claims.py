@@ -30,19 +30,14 @@ from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
 from subscriptions.events import Event
 
 MAX_ERROR_LENGTH = 2000
-# Ids per IN (...) list when settling a batch; Firebird 3 allows 1,500. A
-# list is padded (repeating its last id) to the next of SETTLE_SIZES, so that
-# settling uses a few statements prepared once: preparing one with a hundred
-# parameters for every batch cost a third of the ordered throughput.
-SETTLE_CHUNK = 500
-SETTLE_SIZES = (1, 4, 16, 64, 256, SETTLE_CHUNK)
+# Event ids per settling statement: what its VARCHAR(32000) list of ids
+# holds (BIGINTs of up to 19 digits and a comma).
+MAX_IDS = 1500
 # Prepared statements kept per attachment (claims: one per set of targets seen).
-MAX_PREPARED = 64
+MAX_PREPARED = 32
 # Firebird 3/4: candidates read per event wanted, since other claimers may
-# be taking some of them at this moment; at most what the claim block's
-# VARCHAR(32000) list of ids holds (BIGINTs of up to 19 digits and a comma).
+# be taking some of them at this moment.
 CANDIDATES_PER_EVENT = 4
-MAX_CANDIDATES = 1500
 
 
 @dataclass(frozen=True)
@@ -135,10 +130,8 @@ class Claimer:
 
         def on_firebird_3(cursor: Cursor) -> list[tuple[Any, ...]]:
             statement = sql.with_parameters(self._sql["claim_candidates"], len(sub_ids))
-            self._execute(
-                cursor, statement, (*sub_ids, self.key_order, min(limit * CANDIDATES_PER_EVENT, MAX_CANDIDATES))
-            )
-            candidates = ",".join(str(row[0]) for row in cursor.fetchall())
+            self._execute(cursor, statement, (*sub_ids, self.key_order, min(limit * CANDIDATES_PER_EVENT, MAX_IDS)))
+            candidates = _id_list(row[0] for row in cursor.fetchall())
             if not candidates:
                 return []
             self._execute(cursor, self._sql["claim_fallback"], (self.owner, self.lease_ms, limit, candidates))
@@ -183,7 +176,7 @@ class Claimer:
 
     def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
-        self._execute(cursor, sql.with_parameters(self._sql["ack"], 1), (self._claimant(held), event_id))
+        self._execute(cursor, self._sql["ack"], (self._claimant(held), str(int(event_id))))
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
         """Record a failed attempt; ``held``: of a claim_head batch, whose claim
@@ -218,16 +211,18 @@ class Claimer:
         return self.db.run(work)
 
     def _settle(self, cursor: Cursor, name: str, ids: list[int], *params: object) -> int:
-        """Run statement ``name`` over ``ids``, one statement per SETTLE_CHUNK
-        ids (its list of ids comes last)."""
+        """Run block ``name`` over ``ids`` (its last parameter, as one list),
+        MAX_IDS at a time; returns how many events it changed."""
         done = 0
-        for start in range(0, len(ids), SETTLE_CHUNK):
-            chunk = ids[start : start + SETTLE_CHUNK]
-            size = next(size for size in SETTLE_SIZES if size >= len(chunk))
-            padded = [*chunk, *[chunk[-1]] * (size - len(chunk))]
-            self._execute(cursor, sql.with_parameters(self._sql[name], size), (*params, *padded))
-            done += int(cursor.affected_rows)
+        for start in range(0, len(ids), MAX_IDS):
+            self._execute(cursor, self._sql[name], (*params, _id_list(ids[start : start + MAX_IDS])))
+            done += int(cursor.fetchone()[0])
         return done
+
+
+def _id_list(event_ids: Iterable[int]) -> str:
+    """Event ids as the comma-separated list the settling blocks take."""
+    return ",".join(str(int(event_id)) for event_id in event_ids)
 
 
 def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
