@@ -265,6 +265,47 @@ END;
 UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
 WHERE HOLDER = ? AND FIRST_EVENT IS NOT NULL;
 
+-- name: fail_abandoned
+-- A worker process died and the supervisor saw it: what the worker held
+-- fails at once instead of when its lease runs out. Each event of a
+-- parallel claim gets the failed attempt (its claim counted it) with the
+-- error, due again after its backoff, or dead after the last attempt. An
+-- ordered batch gets the error and its subscription's lease ends now: the
+-- next claim counts the attempt of the events still in it. Parameters: the
+-- worker, the error, the backoff's first and longest delay in ms, attempts
+-- allowed. Finding the worker's parallel claims reads the live log (no
+-- index on CLAIMED_BY); it runs once per dead worker.
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, ERROR VARCHAR(2000) CHARACTER SET UTF8 = ?,
+               BACKOFF_MIN_MS BIGINT = ?, BACKOFF_MAX_MS BIGINT = ?, MAX_ATTEMPTS INTEGER = ?)
+RETURNS (EVENTS INTEGER)
+AS
+DECLARE THE_SUB INTEGER;
+DECLARE BATCH_FIRST BIGINT;
+DECLARE BATCH_LAST BIGINT;
+BEGIN
+    UPDATE EVENT_LOG
+    SET CLAIMED_BY = NULL,
+        CLAIM_EXPIRES_AT = NULL,
+        LAST_ERROR = :ERROR,
+        NEXT_ATTEMPT_AT = DATEADD(CAST(MINVALUE(:BACKOFF_MIN_MS * POWER(2, ATTEMPTS - 1), :BACKOFF_MAX_MS)
+                                       * (0.5 + RAND() / 2) AS BIGINT) MILLISECOND TO LOCALTIMESTAMP),
+        DEAD = (ATTEMPTS >= :MAX_ATTEMPTS),
+        DEAD_AT = IIF(ATTEMPTS >= :MAX_ATTEMPTS, LOCALTIMESTAMP, NULL)
+    WHERE CLAIMED_BY = :OWNER;
+    EVENTS = ROW_COUNT;
+    FOR SELECT SUB_ID, FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
+        WHERE HOLDER = :OWNER AND FIRST_EVENT IS NOT NULL
+        INTO :THE_SUB, :BATCH_FIRST, :BATCH_LAST
+    DO
+    BEGIN
+        UPDATE EVENT_LOG SET LAST_ERROR = :ERROR
+        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :BATCH_FIRST AND :BATCH_LAST;
+        EVENTS = EVENTS + ROW_COUNT;
+    END
+    UPDATE EVENT_LEASE SET EXPIRES_AT = LOCALTIMESTAMP WHERE HOLDER = :OWNER;
+    SUSPEND;
+END;
+
 -- name: subscriptions
 SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -395,3 +396,46 @@ def test_the_start_up_check_only_reads(items):
     assert state(items) == before
     startup.prepare(options)
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = 999") == [(0,)]
+
+
+@pytest.mark.parametrize("mode", ["parallel", "ordered"])
+def test_a_killed_worker_s_event_starts_again_without_waiting_for_its_lease(items, tmp_path, listeners, mode):
+    """The supervisor sees its worker die and fails what it held at once;
+    the lease (60 s here) is only for the death of the whole listener."""
+    insert(items, 1, 1, "sleep30")
+    listener = Listener(items, tmp_path, "--mode", mode, "--lease", "60", "--poll", "0.5")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
+    (first,) = listener.lines()
+    os.kill(first["pid"], signal.SIGKILL)
+    listener.wait_for(lambda lines: handled(lines) == [first["id"]], timeout=40)
+    again = [line for line in listener.lines() if line["phase"] == "start"][1]
+    assert again["attempt"] == 2 and again["pid"] != first["pid"]
+    assert "handler process died: signal 9" in listener.output()
+
+
+def test_workers_die_with_a_killed_listener(items, tmp_path, listeners):
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    children = Path(f"/proc/{listener.process.pid}/task/{listener.process.pid}/children").read_text().split()
+    workers = [int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert len(workers) == 2
+    os.kill(listener.process.pid, signal.SIGKILL)
+    listener.process.wait(10)
+    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10, "the workers to exit")
+
+
+@pytest.mark.parametrize("mode", ["parallel", "ordered"])
+def test_a_retry_wakes_the_worker_when_its_backoff_is_due(items, tmp_path, listeners, mode):
+    """With --poll 300 and no new commit to notify, only the retry's own
+    timer brings the second attempt."""
+    listener = Listener(items, tmp_path, "--mode", mode, "--poll", "300")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    insert(items, 2, 1, "fail_once")
+    listener.wait_for(lambda lines: handled(lines) == [1, 2], timeout=30)
+    attempts = [line["attempt"] for line in listener.lines() if line["id"] == 2 and line["phase"] == "start"]
+    assert attempts == [1, 2]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from subscriptions.events import Event
@@ -19,6 +20,8 @@ from .metrics import Metrics
 from .options import ORDERED, ListenOptions
 
 log = logging.getLogger("subs.worker")
+# The database stamps a retry's due time a moment after this process does.
+RETRY_MARGIN = 0.05
 
 
 class Dispatcher:
@@ -43,6 +46,13 @@ class Dispatcher:
         self.batch = batch
         self.in_flight = InFlight()
         self.handler_thread = HandlerThread(stop, options.timeout)
+        self._next_retry: float | None = None
+
+    def take_next_retry(self) -> float | None:
+        """When (monotonic) the earliest retry scheduled since the last call
+        falls due; the caller wakes up then instead of at the next poll."""
+        due, self._next_retry = self._next_retry, None
+        return due
 
     def handle(self, claimer: Claimer, events: list[Event]) -> None:
         """Deliver claimed events; acknowledge the handled ones together and give
@@ -159,6 +169,9 @@ class Dispatcher:
             error, seconds = f"{type(outcome.error).__name__}: {outcome.error}", outcome.seconds
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
+        if not dead:
+            due = time.monotonic() + delay + RETRY_MARGIN
+            self._next_retry = due if self._next_retry is None else min(self._next_retry, due)
         with self.in_flight.settling:
             claimer.fail(event.id, error, delay, dead, held=self.in_order)
         self._observe(event.tag, "dead" if dead else "failed", seconds)

@@ -76,10 +76,11 @@ class Notifications:
         self._collector = outcome["collector"]
         return True
 
-    def wait(self, stamp: Callable[[], None]) -> None:
-        """Sleep until a notification, the poll interval or a stop request,
-        calling ``stamp`` every half second."""
-        deadline = time.monotonic() + self.poll
+    def wait(self, stamp: Callable[[], None], until: float | None = None) -> None:
+        """Sleep until a notification, the poll interval, ``until`` (a
+        monotonic time: a retry falls due) or a stop request, calling
+        ``stamp`` every half second."""
+        deadline = min(time.monotonic() + self.poll, until if until is not None else float("inf"))
         while not self.stop.is_set() and time.monotonic() < deadline:
             stamp()
             if self._collector is None:

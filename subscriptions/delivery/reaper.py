@@ -24,9 +24,10 @@ log = logging.getLogger("subs.reaper")
 REAP_INTERVAL = 60.0
 
 
-def owner() -> str:
-    """This process as a claim owner and attachment tag: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def owner(pid: int | None = None) -> str:
+    """A process of this host (default: this one) as a claim owner and
+    attachment tag: ``host:pid``."""
+    return f"{socket.gethostname()}:{pid or os.getpid()}"
 
 
 def tag(db: Database, worker: str) -> None:

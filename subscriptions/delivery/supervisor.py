@@ -8,14 +8,18 @@ send their handler outcomes to it for the metrics endpoint, and stamp a shared
 progress clock: one that stops stamping for longer than a handler may run
 plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
 housekeeping thread disconnects attachments the server keeps for dead workers
-(reaper.py) when a worker dies and every REAP_INTERVAL, and rebuilds the claim
-index every REBUILD_EVERY handled events (housekeeping.py).
+(reaper.py) when a worker dies and every REAP_INTERVAL, fails at once the
+events a dead worker held (recovery.py), and rebuilds the claim index every
+REBUILD_EVERY handled events (housekeeping.py). Workers die with the
+supervisor (a parent-death signal), so a SIGKILLed listener leaves none
+behind.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import queue
 import signal
 import threading
@@ -30,13 +34,14 @@ from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.errors import SubsError
 
-from . import housekeeping, reaper, worker
+from . import housekeeping, reaper, recovery, worker
 from .metrics import Metrics, read_queue_depth
 from .options import ListenOptions
 from .startup import rebuild_claim_index
 
 log = logging.getLogger("subs.listener")
 RESTART_DELAY = 1.0
+RECOVERY_RETRY = 1.0
 STALL_MARGIN = 60.0
 
 
@@ -54,21 +59,33 @@ class Supervisor:
         self.progress: dict[BaseProcess, c_double] = {}
         self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
         self.reap_now = threading.Event()
+        # (owner, reason) of workers that died holding claims (recovery.py).
+        self.abandoned: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self.done = threading.Event()
         self.handled_since_rebuild = 0
 
     def _housekeep(self) -> None:
-        """Housekeeping thread: reap dead workers' attachments when a worker
-        dies (reap_now) and every REAP_INTERVAL; rebuild the claim index once
+        """Housekeeping thread: when a worker dies (reap_now) and every
+        REAP_INTERVAL, reap dead workers' attachments and fail at once what
+        the dead ones held (again every RECOVERY_RETRY while one of their
+        transactions still holds it); rebuild the claim index once
         REBUILD_EVERY events were handled since the last rebuild."""
+        unsettled: list[tuple[str, str]] = []
         while not self.done.is_set():
-            self.reap_now.wait(reaper.REAP_INTERVAL)
+            self.reap_now.wait(RECOVERY_RETRY if unsettled else reaper.REAP_INTERVAL)
             self.reap_now.clear()
             if self.done.is_set() or self.stopping:
                 return
+            while not self.abandoned.empty():
+                unsettled.append(self.abandoned.get())
             try:
                 with Database(self.options.settings) as db:
                     reaper.reap(db)
+                    unsettled = [
+                        (owner, reason)
+                        for owner, reason in unsettled
+                        if not recovery.fail_abandoned(db, owner, reason, self.options)
+                    ]
                     if self.handled_since_rebuild >= housekeeping.REBUILD_EVERY and rebuild_claim_index(db):
                         self.handled_since_rebuild = 0
             except (DatabaseError, SubsError) as exc:
@@ -77,7 +94,10 @@ class Supervisor:
     def _start(self) -> BaseProcess:
         progress = self.context.Value("d", time.monotonic(), lock=False)
         process = self.context.Process(
-            target=worker.main, args=(self.options, self.reports, progress), name="subs-worker", daemon=False
+            target=worker.main,
+            args=(self.options, self.reports, progress, os.getpid()),
+            name="subs-worker",
+            daemon=False,
         )
         process.start()
         self.progress[process] = progress
@@ -143,6 +163,8 @@ class Supervisor:
                         self.workers[index] = None
                         continue
                     log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
+                    if process.pid is not None:
+                        self.abandoned.put((reaper.owner(process.pid), recovery.exit_reason(process.exitcode)))
                     self.reap_now.set()
                     time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
                     self.workers[index] = self._start()

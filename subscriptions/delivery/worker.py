@@ -20,6 +20,7 @@ stamping and the supervisor replaces it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -54,6 +55,7 @@ EXIT_OK = 0
 EXIT_RESTART = 3  # a handler timed out or the connection died: start a fresh worker at once
 RECONNECT_MAX = 30.0
 _TEARDOWN_TIMEOUT = 5.0
+PR_SET_PDEATHSIG = 1
 CONFLICT_PAUSE = 0.05
 
 
@@ -143,8 +145,9 @@ class Worker:
             self.progress.value = time.monotonic()
 
     def _wait(self) -> None:
-        """Sleep until a notification, the poll interval or a stop request."""
-        self.notifications.wait(self._stamp)
+        """Sleep until a notification, the poll interval, the next retry this
+        worker scheduled, or a stop request."""
+        self.notifications.wait(self._stamp, until=self.dispatcher.take_next_retry())
 
     # -- the loop ------------------------------------------------------------------
 
@@ -231,8 +234,23 @@ class Worker:
             self.reports.put(delta)
 
 
-def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double | None = None) -> None:
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this process when the supervisor ``parent``
+    dies (Linux's parent-death signal): a SIGKILLed listener must not leave
+    workers behind holding claims. Their events come back after the lease."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        log.debug("no parent-death signal on this system; workers outlive a killed listener")
+    if os.getppid() != parent:  # it died before the signal was set up
+        os._exit(EXIT_OK)
+
+
+def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double | None = None, parent: int = 0) -> None:
     """Entry point of a spawned worker process."""
+    if parent:
+        _die_with(parent)
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     worker = Worker(options, reports, progress)
     worker._install_signal_handlers()

@@ -1,0 +1,55 @@
+"""Failing at once what a dead worker process held.
+
+The supervisor sees a worker die (SIGKILL, the OOM killer, a crash) the
+moment it happens; its claims would otherwise wait for their lease to run out
+(30 s by default). The lease stays for what the supervisor cannot see: the
+death of the whole listener or of its host.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, nowait_tpb
+from subscriptions.db.errors import is_conflict
+
+from .claims import MAX_ERROR_LENGTH
+from .options import DEAD, ListenOptions
+
+log = logging.getLogger("subs.listener")
+# Attempts allowed when --on-failure block retries for ever.
+UNLIMITED = 2**31 - 1
+
+
+def exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"handler process died: signal {-exitcode}"
+    return f"handler process exited with code {exitcode}"
+
+
+def fail_abandoned(db: Database, owner: str, reason: str, options: ListenOptions) -> bool:
+    """Record the failed attempt of everything ``owner`` held; False when a
+    transaction of the dead worker still holds some of it (its attachment is
+    not gone yet): try again a moment later."""
+    attempts = options.max_attempts if options.on_failure == DEAD else UNLIMITED
+    params = (
+        owner,
+        reason[:MAX_ERROR_LENGTH],
+        int(options.backoff_min * 1000),
+        int(options.backoff_max * 1000),
+        attempts,
+    )
+    try:
+        with db.transaction(nowait_tpb()) as cursor:
+            cursor.execute(sql.load("claims")["fail_abandoned"], params)
+            (events,) = cursor.fetchone()
+    except DatabaseError as exc:
+        if is_conflict(exc):
+            return False
+        raise
+    if events:
+        log.warning("%s event(s) held by %s failed at once: %s", events, owner, reason)
+    return True
