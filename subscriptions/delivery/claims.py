@@ -177,6 +177,7 @@ class Claimer:
     def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
         self._execute(cursor, self._sql["ack"], (self._claimant(held), str(int(event_id))))
+        cursor.fetchone()  # the block runs as its result is fetched
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
         """Record a failed attempt; ``held``: of a claim_head batch, whose claim

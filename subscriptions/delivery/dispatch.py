@@ -4,6 +4,7 @@ and giving back what was never started."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -46,13 +47,16 @@ class Dispatcher:
         self.batch = batch
         self.in_flight = InFlight()
         self.handler_thread = HandlerThread(stop, options.timeout)
-        self._next_retry: float | None = None
+        self._retries_due: list[float] = []  # a heap of monotonic times
 
-    def take_next_retry(self) -> float | None:
-        """When (monotonic) the earliest retry scheduled since the last call
-        falls due; the caller wakes up then instead of at the next poll."""
-        due, self._next_retry = self._next_retry, None
-        return due
+    def next_retry(self) -> float | None:
+        """When (monotonic) the earliest retry this worker scheduled that is
+        not due yet falls due: the worker wakes up then, not at the next poll.
+        Kept until it passes, whatever else wakes the worker first."""
+        now = time.monotonic()
+        while self._retries_due and self._retries_due[0] <= now:
+            heapq.heappop(self._retries_due)
+        return self._retries_due[0] if self._retries_due else None
 
     def handle(self, claimer: Claimer, events: list[Event]) -> None:
         """Deliver claimed events; acknowledge the handled ones together and give
@@ -170,8 +174,7 @@ class Dispatcher:
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
         if not dead:
-            due = time.monotonic() + delay + RETRY_MARGIN
-            self._next_retry = due if self._next_retry is None else min(self._next_retry, due)
+            heapq.heappush(self._retries_due, time.monotonic() + delay + RETRY_MARGIN)
         with self.in_flight.settling:
             claimer.fail(event.id, error, delay, dead, held=self.in_order)
         self._observe(event.tag, "dead" if dead else "failed", seconds)

@@ -147,7 +147,7 @@ class Worker:
     def _wait(self) -> None:
         """Sleep until a notification, the poll interval, the next retry this
         worker scheduled, or a stop request."""
-        self.notifications.wait(self._stamp, until=self.dispatcher.take_next_retry())
+        self.notifications.wait(self._stamp, until=self.dispatcher.next_retry())
 
     # -- the loop ------------------------------------------------------------------
 
