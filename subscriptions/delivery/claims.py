@@ -74,11 +74,16 @@ class Claimer:
         prepared = self._prepared.get(statement)
         if prepared is None:
             if len(self._prepared) >= MAX_PREPARED:  # the targets changed many times
-                for stale in self._prepared.values():
-                    stale.free()
-                self._prepared.clear()
+                self.free_statements()
             prepared = self._prepared[statement] = cursor.prepare(statement)
         cursor.execute(prepared, params)
+
+    def free_statements(self) -> None:
+        """Free the statements prepared on our attachment; before it closes,
+        or the driver reports each one it frees afterwards on stderr."""
+        for statement in self._prepared.values():
+            statement.free()
+        self._prepared.clear()
 
     @staticmethod
     def _events(rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Event]:
@@ -176,8 +181,8 @@ class Claimer:
 
     def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
-        self._execute(cursor, self._sql["ack"], (self._claimant(held), str(int(event_id))))
-        cursor.fetchone()  # the block runs as its result is fetched
+        cursor.execute(self._sql["ack"], (self._claimant(held), str(int(event_id))))
+        cursor.fetchall()  # the block runs as its result is fetched
 
     def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
         """Record a failed attempt; ``held``: of a claim_head batch, whose claim
@@ -216,8 +221,9 @@ class Claimer:
         MAX_IDS at a time; returns how many events it changed."""
         done = 0
         for start in range(0, len(ids), MAX_IDS):
-            self._execute(cursor, self._sql[name], (*params, _id_list(ids[start : start + MAX_IDS])))
-            done += int(cursor.fetchone()[0])
+            cursor.execute(self._sql[name], (*params, _id_list(ids[start : start + MAX_IDS])))
+            ((changed,),) = cursor.fetchall()
+            done += int(changed)
         return done
 
 

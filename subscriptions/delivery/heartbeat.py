@@ -50,22 +50,23 @@ def renew_leases(
     """Heartbeat thread: every third of the lease, renew the leases of every
     event in flight (running or waiting in its batch), on an attachment of
     its own; ends when ``stop`` is set."""
-    db: Database | None = None
+    claimer: Claimer | None = None
     try:
-        db = attach()
+        claimer = Claimer(attach(), owner, lease)
     except (DatabaseError, SubsError) as exc:
         log.warning("could not connect for lease renewal: %s", first_line(exc))
     while not stop.wait(lease / 3):
         if not in_flight.sorted():
             continue
         try:
-            db = db or attach()
+            claimer = claimer or Claimer(attach(), owner, lease)
             with in_flight.settling:
                 ids = in_flight.sorted()
                 if ids:
-                    Claimer(db, owner, lease).extend(ids)
+                    claimer.extend(ids)
         except (DatabaseError, SubsError) as exc:
             log.warning("could not renew leases: %s", first_line(exc))
-            db = None
-    if db is not None:
-        db.close()
+            claimer = None
+    if claimer is not None:
+        claimer.free_statements()
+        claimer.db.close()

@@ -45,7 +45,7 @@ def fail_abandoned(db: Database, owner: str, reason: str, options: ListenOptions
     try:
         with db.transaction(nowait_tpb()) as cursor:
             cursor.execute(sql.load("claims")["fail_abandoned"], params)
-            (events,) = cursor.fetchone()
+            ((events,),) = cursor.fetchall()
     except DatabaseError as exc:
         if is_conflict(exc):
             return False

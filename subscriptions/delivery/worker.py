@@ -121,13 +121,14 @@ class Worker:
         """Close collector and attachment, but give up on them after a few
         seconds: tearing down a dead remote attachment must not block the
         reconnect (the worker leaves with os._exit, so nothing waits for them)."""
-        db = self.claimer.db if self.claimer is not None else None
+        claimer = self.claimer
 
         def teardown() -> None:
             self.notifications.close()
-            if db is not None:
+            if claimer is not None:
                 try:
-                    db.close()
+                    claimer.free_statements()
+                    claimer.db.close()
                 except DatabaseError:
                     pass
 
