@@ -76,8 +76,7 @@ def is_captured(column: Column) -> bool:
 
 
 def _value_text(column: Column, context: str) -> str:
-    letter = _letter(column)
-    length = _max_text_length(column)
+    letter, length = _captured_kind(column)
     ref = f"{context}.{quote(column.name)}"
     if column.field_type == BLOB:
         return ref
@@ -113,7 +112,7 @@ def row_expression(columns: tuple[Column, ...], context: str) -> str:
 
 def key_capacity(columns: tuple[Column, ...]) -> int:
     """Longest key text a primary key of ``columns`` can produce, in characters."""
-    return sum(len(str(len(c.name))) + len(c.name) + 8 + _max_text_length(c) for c in columns)
+    return sum(len(str(len(c.name))) + len(c.name) + 8 + _captured_kind(c)[1] for c in columns)
 
 
 def _captured_kind(column: Column) -> tuple[str, int]:
@@ -121,14 +120,6 @@ def _captured_kind(column: Column) -> tuple[str, int]:
     if kind is None:
         raise ValueError(f"column {column.name} is not captured")
     return kind
-
-
-def _letter(column: Column) -> str:
-    return _captured_kind(column)[0]
-
-
-def _max_text_length(column: Column) -> int:
-    return _captured_kind(column)[1]
 
 
 def _timestamp_tz(text: str) -> dt.datetime:

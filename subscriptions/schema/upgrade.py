@@ -29,6 +29,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from firebird.driver import Cursor, DatabaseError
 
@@ -40,6 +41,7 @@ from subscriptions.errors import SubsError
 from .version import LATEST, installed_version, recorded_version
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Tries of a step that failed while a concurrent `subs init` ran.
 ATTEMPTS = 5
@@ -105,7 +107,7 @@ def _run_in_one_transaction(db: Database, blocks: dict[str, str], version: int) 
     return _retry_while_concurrent(once)
 
 
-def _retry_while_concurrent(work: Callable[[], int]) -> int:
+def _retry_while_concurrent(work: Callable[[], T]) -> T:
     """A concurrent `subs init` may be running the same step (its new objects
     clash with ours, or it committed after our transaction began): wait, then
     try again; the step then finds its work done."""
@@ -118,10 +120,9 @@ def _retry_while_concurrent(work: Callable[[], int]) -> int:
     )
 
 
-def _execute_alone(db: Database, statement: str) -> int:
+def _execute_alone(db: Database, statement: str) -> None:
     with db.transaction() as cursor:
         cursor.execute(statement)
-    return 0
 
 
 def _refuse_if_needed(db: Database, version: int, query: str) -> None:
