@@ -161,9 +161,9 @@ DECLARE I INTEGER = 0;
 BEGIN
     WHILE (I < N) DO
     BEGIN
-        INSERT INTO EVENT_LOG (SUB_ID, ROW_KEY, NEW_VALUES)
-        VALUES (:SUB, '2:IDi' || CHAR_LENGTH(:I) || ':' || :I,
-                '2:IDi' || CHAR_LENGTH(:I) || ':' || :I || '4:NAMEs9:item name8:SLEEP_MSi1:0');
+        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, NEW_ROW)
+        VALUES (:SUB, '~2:ID1:i' || CHAR_LENGTH(:I) || ':' || :I,
+                '~2:ID1:i' || CHAR_LENGTH(:I) || ':' || :I || '4:NAME5:sUTF89:item name8:SLEEP_MS1:i1:0');
         I = I + 1;
     END
 END;

@@ -36,13 +36,9 @@ SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = ?;
 -- name: delete_events
 DELETE FROM EVENT_LOG WHERE SUB_ID = ?;
 
--- name: grant_insert
--- The trigger runs with the writer's privileges plus its own: let any
--- application user write through it without being granted EVENT_LOG.
-GRANT INSERT ON EVENT_LOG TO TRIGGER {trigger};
-
--- name: deactivate_trigger
-ALTER TRIGGER {trigger} INACTIVE;
+-- name: sync_trigger
+-- The capture trigger's generator lives in the database (sql/capture.sql).
+SELECT TRIGGER_NAME, REASON FROM EVENT_CAPTURE_SYNC(?);
 
 -- name: drop_trigger
 DROP TRIGGER {trigger};

@@ -51,11 +51,17 @@ class Event:
 
 
 def json_default(value: Any) -> Any:
-    """JSON for captured values: Decimal as a string (exact), times as ISO 8601,
-    bytes as base64."""
+    """JSON for captured values, lossless: Decimal as a string of its digits,
+    bytes as base64, dates and times as ISO 8601, with the zone's name in
+    brackets after the offset when the value has a named zone (RFC 9557:
+    ``2024-02-29T12:30:00+01:00[Europe/Prague]``). Floats are JSON numbers
+    in their shortest exact form."""
     if isinstance(value, Decimal):
         return str(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+    if isinstance(value, (dt.datetime, dt.time)):
+        zone = getattr(value.tzinfo, "key", None)
+        return value.isoformat() + (f"[{zone}]" if zone else "")
+    if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")

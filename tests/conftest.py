@@ -181,12 +181,12 @@ def state(settings: ConnectionSettings) -> tuple:
 def events(settings: ConnectionSettings) -> list[dict]:
     """The event log joined with its subscriptions, values decoded."""
     from subscriptions.capture.values import decode
-    from subscriptions.db.connection import read_text
+    from subscriptions.db.connection import read_blob
 
     with Database(settings) as database, database.transaction() as cursor:
         cursor.execute(
-            "SELECT l.EVENT_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), l.ROW_KEY, "
-            "l.OLD_VALUES, l.NEW_VALUES FROM EVENT_LOG l "
+            "SELECT l.EVENT_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), l.PK_ROW, "
+            "l.OLD_ROW, l.NEW_ROW FROM EVENT_LOG l "
             "JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID ORDER BY l.EVENT_ID"
         )
         return [
@@ -196,8 +196,8 @@ def events(settings: ConnectionSettings) -> list[dict]:
                 "action": row[2],
                 "tag": row[3],
                 "pk": decode(row[4]),
-                "old": decode(read_text(row[5])),
-                "new": decode(read_text(row[6])),
+                "old": decode(read_blob(row[5])),
+                "new": decode(read_blob(row[6])),
             }
             for row in cursor.fetchall()
         ]

@@ -389,7 +389,7 @@ def test_the_start_up_check_only_reads(items):
     from subscriptions.delivery import startup
     from subscriptions.delivery.options import ListenOptions
 
-    execute(items, "INSERT INTO EVENT_LOG (SUB_ID, ROW_KEY) VALUES (999, 'of a purged subscription')")
+    execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
     options = ListenOptions(settings=items)
     before = state(items)
     startup.check(options)

@@ -20,15 +20,9 @@ _VIEW = 1
 
 @dataclass(frozen=True)
 class Column:
-    """A column and the RDB$FIELDS facts that decide how its values are captured."""
-
     name: str
-    field_type: int
-    sub_type: int = 0
-    scale: int = 0
-    char_length: int | None = None
-    byte_length: int = 0
-    charset_id: int = 0
+    # False for ARRAY and COMPUTED BY columns, which events leave out.
+    captured: bool = True
 
 
 @dataclass(frozen=True)
@@ -40,14 +34,15 @@ class Table:
     def column(self, name: str) -> Column:
         return next(column for column in self.columns if column.name == name)
 
-    @property
-    def key_columns(self) -> tuple[Column, ...]:
-        return tuple(self.column(name) for name in self.primary_key)
-
     def resolve_column(self, typed: str) -> str:
         names = {column.name for column in self.columns}
         for candidate in lookup_names(typed):
             if candidate in names:
+                if not self.column(candidate).captured:
+                    raise SubsError(
+                        f"column {candidate} of {self.name} is an ARRAY or COMPUTED BY column, which events "
+                        "leave out; watch the columns it is computed from instead"
+                    )
                 return candidate
         raise SubsError(
             f"table {self.name} has no column {typed!r}; its columns are "
@@ -92,7 +87,7 @@ def load_table(cursor: Cursor, typed: str) -> Table:
         )
     statements = sql.load("metadata")
     cursor.execute(statements["columns"], (name,))
-    columns = tuple(Column(*row) for row in cursor.fetchall())
+    columns = tuple(Column(name, bool(captured)) for name, captured in cursor.fetchall())
     cursor.execute(statements["primary_key"], (name,))
     primary_key = tuple(row[0] for row in cursor.fetchall())
     if not primary_key:

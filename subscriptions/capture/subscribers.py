@@ -25,8 +25,7 @@ from subscriptions.errors import SubsError
 from .metadata import Table, find_table, load_table
 from .names import ACTION_NAMES, check_condition, check_tag, lookup_names, parse_actions, split_names
 from .trigger_sync import for_table, settle_trigger, subscription_from_row, sync_trigger
-from .triggers import MAX_KEY_CHARS, Subscription, probe
-from .values import is_captured, key_capacity
+from .triggers import Subscription, probe
 
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
 _MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
@@ -68,7 +67,7 @@ def _apply(db: Database, work: Callable[[Cursor], tuple[list[Change], str | None
     """Run a subscription change, then settle the trigger of the table it touched."""
     changes, table = db.run(work)
     if table is not None:
-        db.run(lambda cursor: settle_trigger(db, cursor, table))
+        db.run(lambda cursor: settle_trigger(cursor, table))
     return changes
 
 
@@ -90,7 +89,6 @@ def add(
 
     def work(cursor: Cursor) -> tuple[list[Change], str | None]:
         table = load_table(cursor, table_typed)
-        _check_key(table)
         columns = (
             tuple(dict.fromkeys(table.resolve_column(c) for c in split_names(columns_typed)))
             if columns_typed is not None
@@ -100,7 +98,7 @@ def add(
         changes = []
         for action in actions:
             wanted = columns if action == "U" else ()
-            encoded = json.dumps(list(wanted)) if wanted else None
+            encoded = json.dumps(list(wanted), ensure_ascii=False) if wanted else None
             current = existing.get((action, tag))
             if current is None:
                 cursor.execute(statements["insert"], (table.name, action, tag, encoded, condition))
@@ -117,7 +115,7 @@ def add(
         if all(change.outcome == "unchanged" for change in changes):
             return changes, None
         _check_when(cursor, table, [c.subscription for c in changes if c.outcome != "unchanged"])
-        sync_trigger(db, cursor, table)
+        sync_trigger(cursor, table)
         return changes, table.name
 
     return _apply(db, work)
@@ -142,24 +140,6 @@ def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription])
                 f"--when condition rejected by the database for {ACTION_NAMES[action]}s: {first_line(exc)}{hint}"
             ) from None
         cursor.transaction.rollback(savepoint=PROBE_SAVEPOINT)
-
-
-def _check_key(table: Table) -> None:
-    uncaptured = [c.name for c in table.key_columns if not is_captured(c)]
-    if uncaptured:
-        raise SubsError(
-            f"primary key column(s) {', '.join(uncaptured)} of {table.name} have a type subs "
-            "cannot capture (binary BLOB or binary string not 16 bytes long)"
-        )
-    if _key_too_long(table):
-        raise SubsError(
-            f"the primary key of {table.name} is too long to capture (more than {MAX_KEY_CHARS} characters)"
-        )
-
-
-def _key_too_long(table: Table) -> bool:
-    """Its captured key can be longer than EVENT_LOG.ROW_KEY holds."""
-    return key_capacity(table.key_columns) > MAX_KEY_CHARS
 
 
 def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
@@ -204,7 +184,7 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
                 changes.append(Change("removed", subscription, events))
         if find_table(cursor, sql.quote(name)) is None:
             return changes, None
-        sync_trigger(db, cursor, load_table(cursor, sql.quote(name)))
+        sync_trigger(cursor, load_table(cursor, sql.quote(name)))
         return changes, name
 
     return _apply(db, work)

@@ -11,10 +11,13 @@ from firebird.driver import Cursor
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
+from subscriptions.errors import SubsError
 
 from .metadata import Table, find_table, load_table
-from .names import check_condition
-from .triggers import Subscription, generate, trigger_name
+from .triggers import Subscription
+
+# EVENT_LOG.PK_ROW's width: the generator refuses a longer captured key.
+MAX_KEY_BYTES = 1000
 
 
 def subscription_from_row(row: tuple[Any, ...]) -> Subscription:
@@ -33,33 +36,27 @@ def subscribed_tables(cursor: Cursor) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def table_trigger_name(db: Database, table: str) -> str:
-    max_chars, max_bytes = (31, 31) if db.engine_version[0] < 4 else (63, 252)
-    return trigger_name(table, max_chars, max_bytes)
+def capture_trigger(cursor: Cursor, table: str) -> str | None:
+    """The name of the table's capture trigger, if it has one."""
+    cursor.execute(sql.load("metadata")["capture_trigger"], (table,))
+    row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
-def _trigger_exists(cursor: Cursor, name: str) -> bool:
-    cursor.execute(sql.load("metadata")["trigger_exists"], (name,))
-    return bool(cursor.fetchone()[0])
+def sync_trigger(cursor: Cursor, table: Table) -> None:
+    """Regenerate the table's trigger from its active subscriptions with the
+    database's generator, or leave an empty inactive one when none is left
+    (``settle_trigger`` then drops it)."""
+    cursor.execute(sql.load("subscribers")["sync_trigger"], (table.name,))
+    _, reason = cursor.fetchone()
+    if reason == "key too long":
+        raise SubsError(
+            f"the primary key of {table.name} is too long to capture (more than {MAX_KEY_BYTES} bytes "
+            "of captured key); subscribe to a table with a shorter key"
+        )
 
 
-def sync_trigger(db: Database, cursor: Cursor, table: Table) -> None:
-    """Regenerate the table's trigger from its active subscriptions, or switch
-    it off when none is left (``settle_trigger`` then drops it)."""
-    statements = sql.load("subscribers")
-    name = table_trigger_name(db, table.name)
-    active = [s for s in for_table(cursor, table.name) if s.active]
-    if active:
-        for subscription in active:
-            if subscription.when:
-                check_condition(subscription.when)
-        cursor.execute(generate(table, active, name))
-        cursor.execute(sql.with_identifiers(statements["grant_insert"], trigger=name))
-    elif _trigger_exists(cursor, name):
-        cursor.execute(sql.with_identifiers(statements["deactivate_trigger"], trigger=name))
-
-
-def settle_trigger(db: Database, cursor: Cursor, table: str) -> None:
+def settle_trigger(cursor: Cursor, table: str) -> None:
     """Make every attachment reload the table's triggers once more.
 
     Under SuperClassic an attachment that reloads a table's triggers while the
@@ -69,8 +66,8 @@ def settle_trigger(db: Database, cursor: Cursor, table: str) -> None:
     again; so when `subs add/remove` returns, every writer uses the new trigger.
     """
     statements = sql.load("subscribers")
-    name = table_trigger_name(db, table)
-    if not _trigger_exists(cursor, name):
+    name = capture_trigger(cursor, table)
+    if name is None:
         return
     block = "touch_trigger" if any(s.active for s in for_table(cursor, table)) else "drop_trigger"
     cursor.execute(sql.with_identifiers(statements[block], trigger=name))
@@ -84,10 +81,10 @@ def refresh_all(db: Database) -> list[str]:
     def regenerate(cursor: Cursor) -> list[str]:
         tables = [name for name in subscribed_tables(cursor) if find_table(cursor, sql.quote(name)) is not None]
         for name in tables:
-            sync_trigger(db, cursor, load_table(cursor, sql.quote(name)))
+            sync_trigger(cursor, load_table(cursor, sql.quote(name)))
         return tables
 
     tables = db.run(regenerate)
     for name in tables:
-        db.run(functools.partial(settle_trigger, db, table=name))
+        db.run(functools.partial(settle_trigger, table=name))
     return tables

@@ -1,125 +1,54 @@
-"""The format in which triggers capture a row's key and values, both ways:
-PSQL expressions that write it (used by the trigger generator) and the
-Python decoder that turns it back into typed values.
+"""Reading captured rows (PK_ROW, OLD_ROW, NEW_ROW) back into typed
+values, equal to what firebird-driver returns when it selects the column.
 
-A captured row is a sequence of columns, each::
-
-    <name length>:<name><type letter>[<value length>:<value text>]
-
-Lengths count characters, so no value ever needs escaping, and PSQL can build
-it with plain concatenation. The type letter says how to read the text back;
-``n`` is NULL and has no value part.
-
-Not captured: binary BLOBs and binary strings (CHARACTER SET OCTETS) other
-than 16-byte ones, which are captured as UUID-shaped bytes. Text BLOBs are.
+The capture trigger (generated in the database, sql/capture.sql) writes a
+row as bytes: ``~`` then, per column, ``<n>:<name><n>:<type>`` and either
+``-`` (NULL) or ``<n>:<value>``, where ``<n>`` counts bytes. The type travels
+with every value, so an event decodes as it was captured, whatever DDL came
+after. Rows captured before schema version 8 are UTF-8 text without the
+leading ``~`` and with character counts; they decode too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 import zoneinfo
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from subscriptions.db.sql import literal, quote
+FORMAT_MARK = b"~"
 
-from .metadata import Column
-
-SMALLINT, INTEGER, QUAD, FLOAT, DATE, TIME, CHAR, BIGINT = 7, 8, 9, 10, 12, 13, 14, 16
-BOOLEAN, DECFLOAT16, DECFLOAT34, INT128, DOUBLE = 23, 24, 25, 26, 27
-TIME_TZ, TIMESTAMP_TZ, TIMESTAMP, VARCHAR, BLOB = 28, 29, 35, 37, 261
-OCTETS = 1
-TEXT_BLOB = 1
-
-# Above this many bytes a VARCHAR concatenation could overflow Firebird's
-# 32,765-byte string limit, so the expression is built as a text BLOB instead.
-_MAX_VARCHAR_BYTES = 32000
-_EMPTY_TEXT_BLOB = "CAST('' AS BLOB SUB_TYPE TEXT CHARACTER SET UTF8)"
-
-
-def _kind(column: Column) -> tuple[str, int] | None:
-    """(type letter, max text length) of a column, or None if it is not captured."""
-    field_type = column.field_type
-    if field_type in (SMALLINT, INTEGER, BIGINT, INT128, QUAD):
-        if column.scale < 0:
-            return "d", 48
-        return "i", 42
-    if field_type in (DECFLOAT16, DECFLOAT34):
-        return "d", 48
-    if field_type in (FLOAT, DOUBLE):
-        return "f", 32
-    if field_type == BOOLEAN:
-        return "b", 5
-    if field_type == DATE:
-        return "D", 12
-    if field_type == TIME:
-        return "T", 16
-    if field_type == TIMESTAMP:
-        return "S", 28
-    if field_type == TIME_TZ:
-        return "z", 80
-    if field_type == TIMESTAMP_TZ:
-        return "Z", 96
-    if field_type in (CHAR, VARCHAR):
-        if column.charset_id == OCTETS:
-            return ("u", 36) if column.byte_length == 16 else None
-        return "s", column.char_length or column.byte_length
-    if field_type == BLOB and column.sub_type == TEXT_BLOB:
-        return "s", 0
-    return None
+# Firebird character sets whose Python codec has another name.
+_CODECS = {
+    "UTF8": "utf-8",
+    "UNICODE_FSS": "utf-8",
+    "ASCII": "ascii",
+    "NONE": "utf-8",
+    "SJIS_0208": "shift_jis",
+    "EUCJ_0208": "euc_jp",
+    "KSC_5601": "euc_kr",
+    "BIG_5": "big5",
+    "GB_2312": "gb2312",
+    "CP943C": "cp932",
+    "TIS620": "tis_620",
+    "KOI8R": "koi8_r",
+    "KOI8U": "koi8_u",
+}
 
 
-def is_captured(column: Column) -> bool:
-    return _kind(column) is not None
+class UndecodableEvent(ValueError):
+    """A captured row that cannot be read: its event fails instead of its worker."""
 
 
-def _value_text(column: Column, context: str) -> str:
-    letter, length = _captured_kind(column)
-    ref = f"{context}.{quote(column.name)}"
-    if column.field_type == BLOB:
-        return ref
-    if letter == "u":
-        return f"UUID_TO_CHAR({ref})"
-    return f"CAST({ref} AS VARCHAR({max(length, 1)}) CHARACTER SET UTF8)"
-
-
-def row_expression(columns: tuple[Column, ...], context: str) -> str:
-    """A PSQL expression capturing ``columns`` of the NEW or OLD row."""
-    parts = []
-    total_bytes = 0
-    has_blob = False
-    for column in columns:
-        kind = _kind(column)
-        if kind is None:
-            continue
-        letter, length = kind
-        has_blob = has_blob or column.field_type == BLOB
-        total_bytes += 4 * (length + len(column.name) + 16)
-        text = _value_text(column, context)
-        header = literal(f"{len(column.name)}:{column.name}")
-        parts.append(
-            f"{header} || IIF({context}.{quote(column.name)} IS NULL, 'n', "
-            f"'{letter}' || CHAR_LENGTH({text}) || ':' || {text})"
-        )
-    if not parts:
-        return "''"
-    if total_bytes > _MAX_VARCHAR_BYTES and not has_blob:
-        parts.insert(0, _EMPTY_TEXT_BLOB)
-    return "\n        || ".join(parts)
-
-
-def key_capacity(columns: tuple[Column, ...]) -> int:
-    """Longest key text a primary key of ``columns`` can produce, in characters."""
-    return sum(len(str(len(c.name))) + len(c.name) + 8 + _captured_kind(c)[1] for c in columns)
-
-
-def _captured_kind(column: Column) -> tuple[str, int]:
-    kind = _kind(column)
-    if kind is None:
-        raise ValueError(f"column {column.name} is not captured")
-    return kind
+def _zone(name: str) -> dt.tzinfo:
+    if name[:1] in "+-":
+        hours, _, minutes = name[1:].partition(":")
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes or 0))
+        return dt.timezone(-offset if name[0] == "-" else offset)
+    return zoneinfo.ZoneInfo(name)
 
 
 def _timestamp_tz(text: str) -> dt.datetime:
@@ -132,47 +61,117 @@ def _time_tz(text: str) -> dt.time:
     return dt.time.fromisoformat(clock).replace(tzinfo=_zone(zone))
 
 
-def _zone(name: str) -> dt.tzinfo:
-    if name[:1] in "+-":
-        hours, _, minutes = name[1:].partition(":")
-        offset = dt.timedelta(hours=int(hours), minutes=int(minutes or 0))
-        return dt.timezone(-offset if name[0] == "-" else offset)
-    return zoneinfo.ZoneInfo(name)
+def _binary_float(text: str) -> float:
+    """``<integer>p<exponent>``: the float's exact value, integer * 2**exponent."""
+    mantissa, _, exponent = text.partition("p")
+    return math.ldexp(int(mantissa), int(exponent or 0))
 
 
-_READERS: dict[str, Callable[[str], Any]] = {
+def text_value(data: bytes, charset: str) -> str | bytes:
+    """Text in its stored bytes as str; CHARACTER SET NONE (or any text)
+    whose bytes are not valid in its character set stays bytes."""
+    try:
+        return data.decode(_codec(charset))
+    except (LookupError, UnicodeDecodeError):
+        return data
+
+
+def _codec(charset: str) -> str:
+    """The Python codec of a Firebird character set (WIN1252 is cp1252,
+    DOS866 cp866, ISO8859_2 iso8859_2, ...)."""
+    if charset in _CODECS:
+        return _CODECS[charset]
+    for prefix in ("WIN", "DOS"):
+        if charset.startswith(prefix) and charset[len(prefix) :].isdigit():
+            return "cp" + charset[len(prefix) :]
+    return charset.lower()
+
+
+_TEXT_READERS: dict[str, Callable[[str], Any]] = {
     "i": int,
+    "N": Decimal,
     "d": Decimal,
-    "f": float,
-    "s": str,
+    "f": _binary_float,
     "b": lambda text: text.upper() == "TRUE",
     "D": dt.date.fromisoformat,
     "T": dt.time.fromisoformat,
     "S": dt.datetime.fromisoformat,
     "z": _time_tz,
     "Z": _timestamp_tz,
+}
+
+
+def _value(type_code: str, data: bytes) -> Any:
+    if type_code == "x":
+        return data
+    if type_code.startswith("s"):
+        return text_value(data, type_code[1:])
+    return _TEXT_READERS[type_code](data.decode("ascii"))
+
+
+def decode(data: bytes | str | None) -> dict[str, Any] | None:
+    """A captured row as ``{column: typed value}``; None stays None. Raises
+    UndecodableEvent, never anything else, for data it cannot read."""
+    if data is None:
+        return None
+    try:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not data.startswith(FORMAT_MARK):
+            return _decode_legacy(data.decode("utf-8"))
+        return _decode(data)
+    except Exception as exc:
+        raise UndecodableEvent(f"cannot decode the captured row: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode(data: bytes) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    position = len(FORMAT_MARK)
+
+    def counted() -> bytes:
+        nonlocal position
+        colon = data.index(b":", position)
+        start = colon + 1
+        position = start + int(data[position:colon])
+        if position > len(data):
+            raise ValueError("a value runs past the end of the row")
+        return data[start:position]
+
+    while position < len(data):
+        name = counted().decode("utf-8")
+        type_code = counted().decode("ascii")
+        if data[position : position + 1] == b"-":
+            position += 1
+            values[name] = None
+        else:
+            values[name] = _value(type_code, counted())
+    return values
+
+
+_LEGACY_READERS: dict[str, Callable[[str], Any]] = {
+    **_TEXT_READERS,
+    "f": float,
+    "s": str,
     "u": lambda text: uuid.UUID(text).bytes,
 }
 
 
-def decode(text: str | None) -> dict[str, Any] | None:
-    """Turn captured text back into ``{column: typed value}``; None stays None."""
-    if text is None:
-        return None
+def _decode_legacy(text: str) -> dict[str, Any]:
+    """The text format of schema versions up to 7 (lengths in characters,
+    ``n`` for NULL)."""
     values: dict[str, Any] = {}
     position = 0
 
-    def read_counted() -> str:
+    def counted() -> str:
         nonlocal position
         colon = text.index(":", position)
-        length = int(text[position:colon])
         start = colon + 1
-        position = start + length
+        position = start + int(text[position:colon])
         return text[start:position]
 
     while position < len(text):
-        name = read_counted()
+        name = counted()
         letter = text[position]
         position += 1
-        values[name] = None if letter == "n" else _READERS[letter](read_counted())
+        values[name] = None if letter == "n" else _LEGACY_READERS[letter](counted())
     return values

@@ -13,13 +13,14 @@ import click
 
 from subscriptions import logs
 from subscriptions.delivery import startup
-from subscriptions.delivery.metrics import Metrics
+from subscriptions.delivery.metrics import OUTCOMES, Metrics
 from subscriptions.delivery.metrics_server import serve
 from subscriptions.delivery.options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
 from subscriptions.delivery.supervisor import Supervisor
 from subscriptions.errors import SubsError
 from subscriptions.ops import detach as background
 from subscriptions.ops import systemd
+from subscriptions.ops.status import read_status
 from subscriptions.ops.text_table import render
 from subscriptions.plugins import collect_handlers, plugin_manager
 
@@ -134,7 +135,11 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     show_default=True,
     help="After --max-attempts: move the event to the dead state, or keep retrying it.",
 )
-@click.option("--drain", is_flag=True, help="Handle what is pending now, then exit 0.")
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="Handle what is pending now, print a summary and exit; exit 1 if failing or dead events are left.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
 @click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
@@ -212,6 +217,26 @@ def listen(
     finally:
         if metrics_server is not None:
             metrics_server.close()
+    if drain:
+        ctx.exit(_drain_summary(options, metrics))
+
+
+def _drain_summary(options: ListenOptions, metrics: Metrics) -> int:
+    """Print what a --drain run did and left behind, in one line; 1 when it
+    left failing or dead events (for scripts and CI jobs)."""
+    done = {outcome: 0 for outcome in OUTCOMES}
+    for counts in metrics.snapshot()["events"].values():
+        for outcome in OUTCOMES:
+            done[outcome] += counts.get(outcome, 0)
+    left = [s for s in read_status(options.settings) if not options.tags or s.tag in options.tags]
+    waiting = sum(s.pending + s.in_flight for s in left)
+    failing = sum(s.failed for s in left)
+    dead = sum(s.dead for s in left)
+    click.echo(
+        f"drained: {done['handled']} handled, {done['failed']} failed attempt(s), {done['dead']} died; "
+        f"left: {waiting} waiting, {failing} failing, {dead} dead"
+    )
+    return 1 if failing or dead else 0
 
 
 @cli.command()

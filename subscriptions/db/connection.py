@@ -123,6 +123,15 @@ class Database:
             return row[0] if row else None
 
 
+def read_blob(value: object) -> bytes | None:
+    """A binary BLOB column's value as bytes: the driver hands out small ones
+    as bytes and large ones as a BlobReader."""
+    if value is None or isinstance(value, bytes):
+        return value
+    with value:  # type: ignore[attr-defined]
+        return cast(bytes, value.read())  # type: ignore[attr-defined]
+
+
 def read_text(value: object) -> str | None:
     """A text BLOB column's value as str: the driver hands out small ones as str
     and large ones as a BlobReader."""

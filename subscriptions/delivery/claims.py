@@ -23,9 +23,9 @@ from typing import Any
 
 from firebird.driver import Cursor, DatabaseError, Statement
 
-from subscriptions.capture.values import decode
+from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, nowait_tpb, read_text
+from subscriptions.db.connection import Database, nowait_tpb, read_blob
 from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
 from subscriptions.events import Event
 
@@ -68,6 +68,8 @@ class Claimer:
         self.conflicts = 0
         self._sql = sql.load("claims")
         self._prepared: dict[str, Statement] = {}
+        # Claimed events whose captured row could not be decoded, by event id.
+        self.undecodable: dict[int, UndecodableEvent] = {}
 
     def _execute(self, cursor: Cursor, statement: str, params: Sequence[Any]) -> None:
         """Execute ``statement`` prepared once per attachment rather than per call."""
@@ -85,21 +87,29 @@ class Claimer:
             statement.free()
         self._prepared.clear()
 
-    @staticmethod
-    def _events(rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Event]:
-        """Claimed rows (the columns of claimed_columns) as events."""
+    def _events(self, rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Event]:
+        """Claimed rows (the columns of claimed_columns) as events. A row that
+        cannot be decoded still becomes an event, without values, and goes to
+        ``undecodable``: its delivery fails, and its worker goes on."""
         events = []
         for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts in rows:
             target = targets[sub_id]
+            try:
+                pk = decode(row_key) or {}
+                old_values = decode(old if long_old is None else read_blob(long_old))
+                new_values = decode(new if long_new is None else read_blob(long_new))
+            except UndecodableEvent as exc:
+                self.undecodable[event_id] = exc
+                pk, old_values, new_values = {}, None, None
             events.append(
                 Event(
                     id=event_id,
                     table=target.table,
                     action=target.action,
                     tag=target.tag,
-                    pk=decode(row_key) or {},
-                    old=decode(old if long_old is None else read_text(long_old)),
-                    new=decode(new if long_new is None else read_text(long_new)),
+                    pk=pk,
+                    old=old_values,
+                    new=new_values,
                     attempt=attempts,
                     created_at=created_at,
                     subscription_id=sub_id,

@@ -68,7 +68,7 @@ class Dispatcher:
         attempted: list[int] = []
         self.in_flight.add(e.id for e in events)
         try:
-            for run in self._runs(events):
+            for run in self._runs(claimer, events):
                 if self.stop.is_set() or not self._deliver(claimer, run, done, attempted):
                     break
         finally:
@@ -83,14 +83,16 @@ class Dispatcher:
                 # Also when settling failed: the heartbeat would otherwise renew
                 # these leases for ever and the events would never come back.
                 self.in_flight.discard(e.id for e in events)
+                for event in events:
+                    claimer.undecodable.pop(event.id, None)
 
-    def _runs(self, events: list[Event]) -> Iterator[list[Event]]:
+    def _runs(self, claimer: Claimer, events: list[Event]) -> Iterator[list[Event]]:
         """The batch in runs handed to the handler thread at once: a
         transactional handler's event alone (its transaction is this thread's),
         consecutive others together."""
         run: list[Event] = []
         for event in events:
-            if self.handlers[event.tag].transactional:
+            if self.handlers[event.tag].transactional and event.id not in claimer.undecodable:
                 if run:
                     yield run
                     run = []
@@ -105,9 +107,10 @@ class Dispatcher:
         ``attempted``, a handled one also to ``done`` (acknowledged with its
         batch) unless its handler is transactional (acknowledged with it).
         False if the batch is to go no further."""
-        if self.handlers[run[0].tag].transactional:
+        if self.handlers[run[0].tag].transactional and run[0].id not in claimer.undecodable:
             return self._deliver_transactional(claimer, run[0], attempted)
-        self.handler_thread.start([(self.handlers[e.tag].function, e) for e in run], stop_on_failure=self.in_order)
+        calls = [(self._function(claimer, e), e) for e in run]
+        self.handler_thread.start(calls, stop_on_failure=self.in_order)
         carry_on = True
         for event in run:
             try:
@@ -124,6 +127,19 @@ class Dispatcher:
                 self._failed(claimer, event, outcome)
                 carry_on = carry_on and not self.in_order
         return carry_on
+
+    def _function(self, claimer: Claimer, event: Event) -> Callable[[Event], object]:
+        """The event's handler; for an event that could not be decoded, a
+        stand-in that fails with the reason, so the attempt is counted and
+        the event goes dead after --max-attempts like any failure."""
+        error = claimer.undecodable.pop(event.id, None)
+        if error is None:
+            return self.handlers[event.tag].function
+
+        def undecodable(_: Event) -> None:
+            raise error
+
+        return undecodable
 
     def _deliver_transactional(self, claimer: Claimer, event: Event, attempted: list[int]) -> bool:
         """The handler's writes and the acknowledgement commit together."""

@@ -13,7 +13,7 @@ from subscriptions import hookimpl
 from subscriptions.capture import subscribers
 from subscriptions.capture.values import decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, read_text
+from subscriptions.db.connection import Database, read_blob
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.events import Event
 from subscriptions.plugins import Register
@@ -51,7 +51,7 @@ def run(path: str, rows: int, echo: Callable[[str], None]) -> None:
         with db.transaction() as cursor:
             cursor.execute(statements["event_log"])
             log = [
-                (event_id, tag, f"{table} {action}", decode(key), decode(read_text(new)))
+                (event_id, tag, f"{table} {action}", decode(key), decode(read_blob(new)))
                 for event_id, tag, table, action, key, new in cursor.fetchall()
             ]
         echo(render(("EVENT_ID", "TAG", "CHANGE", "KEY", "NEW VALUES"), log))

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from subscriptions.capture.values import decode
+from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
 from subscriptions.db.settings import ConnectionSettings
@@ -72,11 +72,20 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
     ]
 
 
+def _key(captured: bytes) -> dict[str, Any]:
+    """A problem event's key; one that cannot be decoded is shown as its bytes
+    (such an event is dead for that reason, and its error says so)."""
+    try:
+        return decode(captured) or {}
+    except UndecodableEvent:
+        return {"captured": captured}
+
+
 def problems(db: Database, kind: str) -> list[ProblemEvent]:
     """``kind`` is "failed" (waiting for a retry) or "dead"."""
     with db.transaction() as cursor:
         cursor.execute(sql.load("status")[kind])
         return [
-            ProblemEvent(row[0], row[1], row[2], row[3], decode(row[4]) or {}, row[5], read_text(row[6]), *row[7:])
+            ProblemEvent(row[0], row[1], row[2], row[3], _key(row[4]), row[5], read_text(row[6]), *row[7:])
             for row in cursor.fetchall()
         ]

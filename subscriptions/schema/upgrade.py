@@ -60,12 +60,20 @@ def upgrade(db: Database, target: int = LATEST) -> tuple[int, int]:
             f"understands ({LATEST}); upgrade subs"
         )
     if before == 0 and target == LATEST:
-        return before, _run_in_one_transaction(db, sql.load("schema"), LATEST)
+        return before, _run_in_one_transaction(db, fresh_install(), LATEST)
     version = before
     while version < target:
         # A concurrent `subs init` may be ahead of us: go on from where it is.
         version = _migrate(db, version + 1)
     return before, max(before, target)
+
+
+def fresh_install() -> dict[str, str]:
+    """The current schema's blocks: schema.sql's tables, then capture.sql's
+    generator and DDL triggers, then the version record."""
+    tables = dict(sql.load("schema"))
+    record = tables.pop("record_version")
+    return {**tables, **sql.load("capture"), "record_version": record}
 
 
 def _migrate(db: Database, version: int) -> int:

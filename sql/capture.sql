@@ -1,0 +1,447 @@
+-- The capture trigger's generator, and the database triggers that keep every
+-- subscribed table's capture trigger in step with the table through the
+-- application's own DDL. The generator lives in the database because DDL
+-- must regenerate the trigger inside the DDL's own transaction: a change
+-- written right after an ALTER TABLE commits is captured with the new shape.
+-- schema.sql includes these blocks; migrations keep frozen copies.
+--
+-- Captured rows (PK_ROW, OLD_ROW, NEW_ROW) are bytes:
+--     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL) or <n>:<value>
+-- <n> counts bytes, so nothing needs escaping and any byte can be carried.
+-- Types: i integer, N exact decimal (NUMERIC, DECIMAL, INT128, DECFLOAT),
+-- f binary float as <integer>p<exponent>, b boolean, D date, T time,
+-- S timestamp, z/Z time/timestamp with time zone, x bytes (OCTETS, binary
+-- BLOB), s<charset> text as its stored bytes. ARRAY and COMPUTED BY columns
+-- are left out. capture/values.py reads it back.
+
+-- name: source_procedure
+-- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
+-- subscriptions; SOURCE is NULL and REASON says why when there is nothing
+-- to capture: 'no table', 'no primary key', 'key too long',
+-- 'no subscription'.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SOURCE (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+RETURNS (
+    TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8,
+    SOURCE BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    REASON VARCHAR(40) CHARACTER SET UTF8
+)
+AS
+DECLARE head VARCHAR(80) CHARACTER SET UTF8;
+DECLARE suffix VARCHAR(20) CHARACTER SET UTF8;
+DECLARE max_chars INTEGER;
+DECLARE max_bytes INTEGER;
+DECLARE key_old BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE key_new BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE old_expr BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE new_expr BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE key_bytes INTEGER = 1;
+DECLARE row_bytes INTEGER = 1;
+DECLARE has_blob BOOLEAN = FALSE;
+DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE field_type SMALLINT;
+DECLARE sub_type SMALLINT;
+DECLARE field_scale SMALLINT;
+DECLARE field_length INTEGER;
+DECLARE charset_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE in_key BOOLEAN;
+DECLARE type_code VARCHAR(70) CHARACTER SET UTF8;
+DECLARE value_bytes INTEGER;
+DECLARE header VARCHAR(400) CHARACTER SET UTF8;
+DECLARE action CHAR(1) CHARACTER SET ASCII;
+DECLARE actions VARCHAR(3) CHARACTER SET ASCII;
+DECLARE sub_id INTEGER;
+DECLARE tag VARCHAR(40) CHARACTER SET ASCII;
+DECLARE watch_columns VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE when_condition VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE condition BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE changed BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE declarations BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE block BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE logs BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE capture BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE any_match BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE gate BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE subscriptions INTEGER;
+DECLARE conditional INTEGER;
+DECLARE events VARCHAR(40) CHARACTER SET ASCII;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+
+DECLARE FUNCTION q (name VARCHAR(63) CHARACTER SET UTF8) RETURNS VARCHAR(130) CHARACTER SET UTF8
+AS
+BEGIN
+    RETURN '"' || REPLACE(name, '"', '""') || '"';
+END
+
+DECLARE FUNCTION lit (text VARCHAR(1000) CHARACTER SET UTF8) RETURNS VARCHAR(2002) CHARACTER SET UTF8
+AS
+BEGIN
+    RETURN '''' || REPLACE(text, '''', '''''') || '''';
+END
+
+DECLARE FUNCTION counted (text VARCHAR(200) CHARACTER SET UTF8) RETURNS VARCHAR(220) CHARACTER SET UTF8
+AS
+BEGIN
+    RETURN OCTET_LENGTH(text) || ':' || text;
+END
+
+-- One column's part of a captured row, for context NEW or OLD: its header
+-- (name and type), then '-' or its value's byte count and bytes.
+-- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
+DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
+                           header VARCHAR(400) CHARACTER SET UTF8, type_code VARCHAR(70) CHARACTER SET UTF8,
+                           field_length INTEGER)
+RETURNS VARCHAR(2000) CHARACTER SET UTF8
+AS
+DECLARE ref VARCHAR(140) CHARACTER SET UTF8;
+DECLARE shift VARCHAR(200) CHARACTER SET UTF8;
+DECLARE value_expr VARCHAR(1000) CHARACTER SET UTF8;
+BEGIN
+    ref = context || '."' || REPLACE(column_name, '"', '""') || '"';
+    IF (type_code = 'f') THEN
+    BEGIN
+        -- value = m * 2^shift exactly: with the shift 60 below the value's
+        -- binary exponent (LOG may miss it by one either way), m is an
+        -- integer of at most 62 bits; subnormals have the smallest shift.
+        shift = 'CAST(MAXVALUE(FLOOR(LOG(2, ABS(' || ref || '))) - 60, -1074) AS INTEGER)';
+        value_expr = 'IIF(' || ref || ' = 0, ''0'', CAST(CAST(' || ref || ' / POWER(2, ' || shift
+            || ') AS BIGINT) AS VARCHAR(21)) || ''p'' || ' || shift || ')';
+    END
+    ELSE IF (type_code = 'x') THEN
+        value_expr = ref;
+    ELSE IF (field_length IS NULL) THEN
+        value_expr = 'CAST(' || ref || ' AS BLOB SUB_TYPE BINARY)';
+    ELSE
+        value_expr = 'CAST(' || ref || ' AS VARCHAR(' || field_length || ') CHARACTER SET OCTETS)';
+    RETURN ASCII_CHAR(10) || '                || ''' || REPLACE(header, '''', '''''') || ''' || IIF(' || ref
+        || ' IS NULL, ''-'', OCTET_LENGTH(' || value_expr || ') || '':'' || ' || value_expr || ')';
+END
+
+BEGIN
+    IF (RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') STARTING WITH '3.') THEN
+    BEGIN
+        max_chars = 31;
+        max_bytes = 31;
+    END
+    ELSE
+    BEGIN
+        max_chars = 63;
+        max_bytes = 252;
+    END
+    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
+    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
+    ORDER BY RDB$TRIGGER_NAME
+    INTO TRIGGER_NAME;
+    IF (TRIGGER_NAME IS NULL) THEN
+    BEGIN
+        -- SUBS$<table>, shortened with a hash when the engine's limit requires.
+        head = 'SUBS$' || TABLE_NAME;
+        suffix = '';
+        IF (CHAR_LENGTH(head) > max_chars OR OCTET_LENGTH(head) > max_bytes) THEN
+            suffix = '$' || LPAD(MOD(ABS(HASH(TABLE_NAME)), 100000000), 8, '0');
+        WHILE (CHAR_LENGTH(head || suffix) > max_chars OR OCTET_LENGTH(head || suffix) > max_bytes) DO
+            head = LEFT(head, CHAR_LENGTH(head) - 1);
+        TRIGGER_NAME = head || suffix;
+    END
+
+    IF (NOT EXISTS (SELECT 1 FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = :TABLE_NAME)) THEN
+    BEGIN
+        REASON = 'no table';
+        SUSPEND;
+        EXIT;
+    END
+    IF (NOT EXISTS (SELECT 1 FROM RDB$RELATION_CONSTRAINTS
+                    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$CONSTRAINT_TYPE = 'PRIMARY KEY')) THEN
+    BEGIN
+        REASON = 'no primary key';
+        SUSPEND;
+        EXIT;
+    END
+
+    key_old = '''~''';
+    key_new = '''~''';
+    old_expr = '''~''';
+    new_expr = '''~''';
+    FOR SELECT TRIM(rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
+               COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME),
+               EXISTS (SELECT 1 FROM RDB$RELATION_CONSTRAINTS rc
+                       JOIN RDB$INDEX_SEGMENTS s ON s.RDB$INDEX_NAME = rc.RDB$INDEX_NAME
+                       WHERE rc.RDB$RELATION_NAME = rf.RDB$RELATION_NAME
+                         AND rc.RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'
+                         AND s.RDB$FIELD_NAME = rf.RDB$FIELD_NAME)
+        FROM RDB$RELATION_FIELDS rf
+        JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
+        LEFT JOIN RDB$CHARACTER_SETS cs ON cs.RDB$CHARACTER_SET_ID = f.RDB$CHARACTER_SET_ID
+        WHERE rf.RDB$RELATION_NAME = :TABLE_NAME
+          AND f.RDB$DIMENSIONS IS NULL
+          AND f.RDB$COMPUTED_BLR IS NULL
+        ORDER BY rf.RDB$FIELD_POSITION
+        INTO column_name, field_type, sub_type, field_scale, field_length, charset_name, in_key
+    DO
+    BEGIN
+        type_code = CASE
+            WHEN field_type IN (7, 8, 16) AND sub_type = 0 AND field_scale = 0 THEN 'i'
+            WHEN field_type IN (7, 8, 16, 26, 24, 25) THEN 'N'
+            WHEN field_type IN (10, 27) THEN 'f'
+            WHEN field_type = 23 THEN 'b'
+            WHEN field_type = 12 THEN 'D'
+            WHEN field_type = 13 THEN 'T'
+            WHEN field_type = 35 THEN 'S'
+            WHEN field_type = 28 THEN 'z'
+            WHEN field_type = 29 THEN 'Z'
+            WHEN field_type IN (14, 37) AND charset_name = 'OCTETS' THEN 'x'
+            WHEN field_type IN (14, 37) THEN 's' || charset_name
+            WHEN field_type = 261 AND sub_type = 1 THEN 's' || COALESCE(charset_name, 'NONE')
+            WHEN field_type = 261 THEN 'x'
+        END;
+        -- Fixed-format values are ASCII text of at most 80 bytes.
+        value_bytes = IIF(field_type IN (14, 37), field_length, 80);
+        IF (field_type = 261) THEN
+        BEGIN
+            has_blob = TRUE;
+            field_length = NULL;
+        END
+        ELSE IF (type_code IS NOT NULL AND type_code NOT STARTING WITH 's' AND type_code <> 'x') THEN
+            field_length = 80;
+        IF (type_code IS NOT NULL) THEN
+        BEGIN
+            header = counted(column_name) || counted(type_code);
+            row_bytes = row_bytes + OCTET_LENGTH(header) + 12 + value_bytes;
+            old_expr = old_expr || fragment('OLD', column_name, header, type_code, field_length);
+            new_expr = new_expr || fragment('NEW', column_name, header, type_code, field_length);
+            IF (in_key) THEN
+            BEGIN
+                key_bytes = key_bytes + OCTET_LENGTH(header) + 12 + IIF(field_type = 261, 100000, value_bytes);
+                key_old = key_old || fragment('OLD', column_name, header, type_code, field_length);
+                key_new = key_new || fragment('NEW', column_name, header, type_code, field_length);
+            END
+        END
+    END
+    IF (key_bytes > 1000) THEN
+    BEGIN
+        REASON = 'key too long';
+        SUSPEND;
+        EXIT;
+    END
+    IF (row_bytes > 32000 AND NOT has_blob) THEN
+    BEGIN
+        old_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || old_expr;
+        new_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || new_expr;
+    END
+
+    actions = 'IUD';
+    WHILE (actions <> '') DO
+    BEGIN
+        action = LEFT(actions, 1);
+        actions = SUBSTRING(actions FROM 2);
+        IF (NOT EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER
+                        WHERE TABLE_NAME = :TABLE_NAME AND ACTION = :action AND ACTIVE)) THEN
+            CONTINUE;
+        block = '';
+        logs = '';
+        any_match = NULL;
+        subscriptions = 0;
+        conditional = 0;
+        FOR SELECT SUB_ID, TRIM(TAG), WATCH_COLUMNS, WHEN_CONDITION FROM EVENT_SUBSCRIBER
+            WHERE TABLE_NAME = :TABLE_NAME AND ACTION = :action AND ACTIVE
+            ORDER BY SUB_ID
+            INTO sub_id, tag, watch_columns, when_condition
+        DO
+        BEGIN
+            subscriptions = subscriptions + 1;
+            condition = NULL;
+            IF (action = 'U' AND watch_columns IS NOT NULL) THEN
+            BEGIN
+                changed = NULL;
+                -- WATCH_COLUMNS is a JSON list; a watched column dropped since
+                -- is gone from the condition (none left: never matches).
+                FOR SELECT TRIM(rf.RDB$FIELD_NAME)
+                    FROM RDB$RELATION_FIELDS rf
+                    JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
+                    WHERE rf.RDB$RELATION_NAME = :TABLE_NAME
+                      AND f.RDB$DIMENSIONS IS NULL AND f.RDB$COMPUTED_BLR IS NULL
+                    ORDER BY rf.RDB$FIELD_POSITION
+                    INTO column_name
+                DO
+                    IF (POSITION('"' || REPLACE(REPLACE(column_name, '\', '\\'), '"', '\"') || '"'
+                                 IN watch_columns) > 0) THEN
+                        changed = COALESCE(changed || ' OR ', '') || 'NEW.' || q(column_name)
+                            || ' IS DISTINCT FROM OLD.' || q(column_name);
+                condition = '(' || COALESCE(changed, 'FALSE') || ')';
+            END
+            IF (when_condition IS NOT NULL) THEN
+                condition = COALESCE(condition || ' AND ', '') || '(' || when_condition || ')';
+            IF (condition IS NOT NULL) THEN
+            BEGIN
+                conditional = conditional + 1;
+                declarations = declarations || 'DECLARE matched_' || sub_id || ' BOOLEAN;' || nl;
+                block = block || '        matched_' || sub_id || ' = IIF(' || condition || ', TRUE, FALSE);' || nl;
+                any_match = COALESCE(any_match || ' OR ', '') || 'matched_' || sub_id || ' IS TRUE';
+            END
+            gate = '';
+            IF (condition IS NOT NULL) THEN
+                gate = '        IF (matched_' || sub_id || ' IS TRUE) THEN' || nl;
+            logs = logs || '        -- subscription ' || sub_id || ': ' || tag || nl || gate
+                || '        BEGIN' || nl
+                || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW)' || nl
+                || '            VALUES (' || sub_id || ', :row_key, HASH('
+                || lit(TABLE_NAME || '|' || tag || '|') || ' || :row_key), :old_values, :new_values);' || nl
+                || '            POST_EVENT ' || lit('subs:' || tag) || ';' || nl
+                || '        END' || nl;
+        END
+        capture = '            row_key = ' || IIF(action = 'D', key_old, key_new) || ';' || nl
+            || IIF(action IN ('U', 'D'), '            old_values = ' || old_expr || ';' || nl, '')
+            || IIF(action IN ('I', 'U'), '            new_values = ' || new_expr || ';' || nl, '');
+        IF (conditional = subscriptions) THEN
+            capture = '        IF (' || any_match || ') THEN' || nl || '        BEGIN' || nl || capture
+                || '        END' || nl;
+        events = COALESCE(events || ' OR ', '')
+            || DECODE(action, 'I', 'INSERT', 'U', 'UPDATE', 'D', 'DELETE');
+        body = body || '    IF (' || DECODE(action, 'I', 'INSERTING', 'U', 'UPDATING', 'D', 'DELETING') || ') THEN'
+            || nl || '    BEGIN' || nl || block || capture || logs || '    END' || nl;
+    END
+    IF (events IS NULL) THEN
+    BEGIN
+        REASON = 'no subscription';
+        SUSPEND;
+        EXIT;
+    END
+    SOURCE = 'CREATE OR ALTER TRIGGER ' || q(TRIGGER_NAME) || ' FOR ' || q(TABLE_NAME) || nl
+        || 'ACTIVE AFTER ' || events || ' POSITION 32000' || nl
+        || 'AS' || nl
+        || 'DECLARE row_key VARCHAR(1000) CHARACTER SET OCTETS;' || nl
+        || 'DECLARE old_values BLOB SUB_TYPE BINARY;' || nl
+        || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
+        || declarations
+        || 'BEGIN' || nl || body || 'END';
+    SUSPEND;
+END;
+
+-- name: refused_exception
+-- Raised with its own message when subs must refuse a DDL statement or a
+-- subscription it cannot capture.
+CREATE EXCEPTION EVENT_CAPTURE_REFUSED 'subs cannot capture this table';
+
+-- name: sync_procedure
+-- Make the table's capture trigger what the generator says now: (re)create
+-- it, or, when there is nothing to capture, leave an empty inactive trigger
+-- in its place (it depends on no column; `subs remove` drops it). Returns
+-- the REASON when nothing is captured.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
+AS
+DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+BEGIN
+    SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
+    INTO TRIGGER_NAME, source, REASON;
+    IF (source IS NOT NULL) THEN
+    BEGIN
+        EXECUTE STATEMENT source;
+        -- The trigger writes EVENT_LOG for writers who may not: it gets the
+        -- right itself. Only the schema's owner can grant it; the right
+        -- outlives CREATE OR ALTER, so a DDL by someone else keeps it.
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+    END
+    ELSE IF (EXISTS (SELECT 1 FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME)
+             AND REASON <> 'no table') THEN
+        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
+            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+    SUSPEND;
+END;
+
+-- name: stub_procedure
+-- Before the application alters a subscribed table (or a domain one of its
+-- columns uses): empty the capture trigger so the engine lets the change
+-- drop or retype columns it read. The AFTER trigger regenerates it in the
+-- same transaction, so no other transaction ever sees the empty one.
+-- Renaming a column is checked by the engine before any DDL trigger can
+-- help, so it is refused with the way to do it instead.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_STUB (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, SQL_TEXT BLOB SUB_TYPE TEXT)
+AS
+DECLARE trigger_name VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
+    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
+    INTO trigger_name;
+    IF (trigger_name IS NULL) THEN
+        EXIT;
+    IF (UPPER(SQL_TEXT) SIMILAR TO
+        '%ALTER[[:SPACE:]]+(COLUMN[[:SPACE:]]+)?("[^"]+"|[^[:SPACE:]"]+)[[:SPACE:]]+TO[[:SPACE:]]+%') THEN
+        EXCEPTION EVENT_CAPTURE_REFUSED
+            'subs captures table ' || TABLE_NAME || ' and Firebird cannot rename its columns under a trigger: '
+            || 'add the new column, copy the values (UPDATE), then drop the old one';
+    EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(trigger_name, '"', '""') || '" FOR "'
+        || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+END;
+
+-- name: before_ddl_trigger
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_BEFORE_DDL
+ACTIVE BEFORE ALTER TABLE OR ALTER DOMAIN POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    IF (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'TABLE') THEN
+    BEGIN
+        table_name = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME');
+        IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :table_name)) THEN
+            EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:table_name, RDB$GET_CONTEXT('DDL_TRIGGER', 'SQL_TEXT'));
+    END
+    ELSE
+        FOR SELECT DISTINCT TRIM(rf.RDB$RELATION_NAME) FROM RDB$RELATION_FIELDS rf
+            WHERE rf.RDB$FIELD_SOURCE = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME')
+              AND EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER s WHERE s.TABLE_NAME = TRIM(rf.RDB$RELATION_NAME))
+            INTO table_name
+        DO
+            EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:table_name, '');
+END;
+
+-- name: after_ddl_trigger
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_AFTER_DDL
+ACTIVE AFTER CREATE TABLE OR ALTER TABLE OR ALTER DOMAIN POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
+BEGIN
+    FOR SELECT DISTINCT TRIM(s.TABLE_NAME) FROM EVENT_SUBSCRIBER s
+        WHERE (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'TABLE'
+               AND s.TABLE_NAME = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))
+           OR (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'DOMAIN'
+               AND EXISTS (SELECT 1 FROM RDB$RELATION_FIELDS rf
+                           WHERE rf.RDB$RELATION_NAME = s.TABLE_NAME
+                             AND rf.RDB$FIELD_SOURCE = COALESCE(RDB$GET_CONTEXT('DDL_TRIGGER', 'NEW_OBJECT_NAME'),
+                                                                RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))))
+        INTO table_name
+    DO
+    BEGIN
+        SELECT REASON FROM EVENT_CAPTURE_SYNC(:table_name) INTO reason;
+        IF (reason = 'key too long') THEN
+            EXCEPTION EVENT_CAPTURE_REFUSED
+                'subs captures table ' || table_name || ' and its new primary key is longer than subs can capture '
+                || '(1000 bytes): keep a shorter key, or `subs remove` its subscriptions first';
+    END
+END;
+
+-- name: grant_ddl_rights
+-- DDL triggers run for every user's DDL: they get what they read and run.
+GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_BEFORE_DDL;
+
+-- name: grant_ddl_rights_after
+GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
+
+-- name: grant_stub
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_STUB TO TRIGGER EVENT_CAPTURE_BEFORE_DDL;
+
+-- name: grant_sync
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
+
+-- name: grant_source
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_CAPTURE_SYNC;
+
+-- name: grant_source_read
+GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
