@@ -113,7 +113,8 @@ def test_failures_retry_then_die_and_can_be_retried(items, tmp_path, listeners):
     insert(items, 3, 1, "fail_once")
     listener = Listener(items, tmp_path, "--drain", "--max-attempts", "3", "--backoff-min", "0")
     listeners.append(listener)
-    assert listener.finish() == 0, listener.output()
+    assert listener.finish() == 1, listener.output()
+    assert "drained: 1 handled, 5 failed attempt(s), 2 died; left: 0 waiting, 0 failing, 2 dead" in listener.output()
     attempts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
     assert attempts == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (3, 1), (3, 2)]
     subs = Subs(items)
@@ -124,6 +125,24 @@ def test_failures_retry_then_die_and_can_be_retried(items, tmp_path, listeners):
     assert "re-queued 1 dead event(s)" in subs.ok("retry", "--all")
     assert json.loads(subs.ok("dead", "--json")) == []
     assert "deleted 0 dead event(s)" in subs.ok("purge", "--older-than", "0s")
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_an_undecodable_event_goes_dead_and_the_others_are_delivered(items, tmp_path, listeners, mode):
+    """A captured row that cannot be read fails its attempts like a handler
+    error would (its worker goes on), dies after --max-attempts, and --drain
+    returns and says so."""
+    insert(items, 1, 3)
+    # '~2:ID1:i9:5': a value said to be 9 bytes long where 1 is left.
+    execute(items, "UPDATE EVENT_LOG SET NEW_ROW = ? WHERE EVENT_ID = 2", params=(b"~2:ID1:i9:5",))
+    listener = Listener(items, tmp_path, "--drain", "--mode", mode, "--max-attempts", "2", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 1, listener.output()
+    assert "drained: 2 handled, 1 failed attempt(s), 1 died; left: 0 waiting, 0 failing, 1 dead" in listener.output()
+    assert sorted(handled(listener.lines())) == [1, 3]
+    (dead,) = json.loads(Subs(items).ok("dead", "--json"))
+    assert dead["id"] == 2 and dead["attempts"] == 2
+    assert "UndecodableEvent: cannot decode the captured row" in dead["last_error"]
 
 
 def test_ordered_mode_blocks_a_subscription_behind_its_failing_event(items, tmp_path, listeners):
@@ -196,7 +215,7 @@ def test_transactional_and_plain_handlers_share_a_batch(items, tmp_path, listene
         items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "20", "--max-attempts", "1"
     )
     listeners.append(listener)
-    assert listener.finish() == 0, listener.output()
+    assert listener.finish() == 1, listener.output()  # two dead events left
     assert query(items, "SELECT ITEM_ID FROM AUDIT ORDER BY ITEM_ID") == [(1,), (2,), (3,)]
     assert sorted(line["key"] for line in listener.lines() if line["phase"] == "done") == [1, 2, 3]
     dead = query(items, "SELECT SUB_ID, ATTEMPTS FROM EVENT_LOG WHERE DEAD ORDER BY SUB_ID")
@@ -237,7 +256,7 @@ def test_transactional_handler_commits_with_the_acknowledgement(items, tmp_path,
     insert(items, 2, 1, "fail")
     listener = Listener(items, tmp_path, "--drain", "--max-attempts", "2", "--backoff-min", "0")
     listeners.append(listener)
-    assert listener.finish() == 0, listener.output()
+    assert listener.finish() == 1, listener.output()  # one dead event left
     assert query(items, "SELECT ITEM_ID FROM AUDIT") == [(1,)]
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD_AT IS NOT NULL") == [(1,)]
 

@@ -42,7 +42,9 @@ class SubsGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            # Without standalone mode click returns ctx.exit()'s code instead of exiting.
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            sys.exit(code if isinstance(code, int) else 0)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
             click.echo(f"Error: {exc.format_message()}{hint}", err=True)
