@@ -25,3 +25,16 @@ ORDER BY s.RDB$FIELD_POSITION;
 -- Capture triggers are the table's triggers named SUBS$...
 SELECT TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
 WHERE RDB$RELATION_NAME = ? AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$';
+
+-- name: capture_source
+SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(?);
+
+-- name: capture_trigger_state
+-- Its text, whether it is inactive, and whether it was granted INSERT on
+-- EVENT_LOG (user type 2: a trigger).
+SELECT t.RDB$TRIGGER_SOURCE, COALESCE(t.RDB$TRIGGER_INACTIVE, 0) = 1,
+       EXISTS (SELECT 1 FROM RDB$USER_PRIVILEGES p
+               WHERE p.RDB$USER = t.RDB$TRIGGER_NAME AND p.RDB$USER_TYPE = 2
+                 AND p.RDB$RELATION_NAME = 'EVENT_LOG' AND p.RDB$PRIVILEGE = 'I')
+FROM RDB$TRIGGERS t
+WHERE t.RDB$TRIGGER_NAME = ?;

@@ -4,6 +4,7 @@ capture trigger inside the DDL's transaction (sql/capture.sql)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -175,3 +176,36 @@ def test_no_committed_change_is_lost_while_the_application_migrates(people):
     logged = sorted((e["pk"]["ID"], e["action"]) for e in events(people))
     assert len(witnessed) > 100
     assert logged == witnessed
+
+
+def check(settings) -> tuple[int, str]:
+    result = Subs(settings)("status", "--check")
+    return result.exit_code, result.stdout
+
+
+def test_drift_is_visible_and_add_repairs_it(people):
+    assert check(people) == (0, "all 3 subscription(s) are captured\n")
+    assert {row["capture"] for row in json.loads(Subs(people).ok("list", "--json"))} == {"ok"}
+
+    execute(people, 'ALTER TRIGGER "SUBS$PEOPLE" INACTIVE')
+    assert {row["capture"] for row in json.loads(Subs(people).ok("status", "--json"))} == {"trigger inactive"}
+    execute(people, 'CREATE OR ALTER TRIGGER "SUBS$PEOPLE" FOR PEOPLE ACTIVE AFTER INSERT POSITION 32000 AS BEGIN END')
+    code, output = check(people)
+    assert code == 1 and output.splitlines()[0] == "subscription 1 (PEOPLE I audit): trigger stale"
+    assert len(output.splitlines()) == 3
+    assert "trigger stale" in Subs(people).ok("list")
+
+    assert "its capture trigger had drifted and was made again" in Subs(people).ok("add", "people", "IUD", "audit")
+    assert check(people)[0] == 0
+    execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
+    assert last_new(people)["NAME"] == "Ann"
+
+    execute(people, 'DROP TRIGGER "SUBS$PEOPLE"')
+    assert check(people)[1].splitlines()[0].endswith(": trigger missing")
+    execute(people, "DROP TABLE PEOPLE")
+    missing = [f"subscription {i} (PEOPLE {a} audit): table missing" for i, a in ((1, "I"), (2, "U"), (3, "D"))]
+    assert check(people) == (1, "\n".join(missing) + "\n")
+    execute(people, "CREATE TABLE PEOPLE (ID INTEGER)")
+    assert check(people)[1].splitlines()[0].endswith(": table has no primary key")
+    execute(people, "ALTER TABLE PEOPLE ALTER ID SET NOT NULL", "ALTER TABLE PEOPLE ADD PRIMARY KEY (ID)")
+    assert check(people)[0] == 0

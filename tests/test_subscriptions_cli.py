@@ -217,11 +217,13 @@ def test_list_prints_a_table_and_json(subs, settings):
     execute(settings, LANGUAGES)
     subs.ok("add", "languages", "U", "audit", "--columns", "NAME,YEAR_RELEASED", "--when", "NEW.NAME <> ''")
     lines = subs.ok("list").splitlines()
-    assert lines[0].split() == ["ID", "TABLE", "ACTION", "TAG", "COLUMNS", "WHEN", "PENDING", "DEAD", "STATE"]
+    headers = ["ID", "TABLE", "ACTION", "TAG", "COLUMNS", "WHEN", "PENDING", "DEAD", "STATE", "CAPTURE"]
+    assert lines[0].split() == headers
     assert "LANGUAGES" in lines[1] and "NAME,YEAR_RELEASED" in lines[1] and "active" in lines[1]
+    assert lines[1].split()[-1] == "ok"
     (row,) = json.loads(subs.ok("list", "--json"))
     assert row["columns"] == ["NAME", "YEAR_RELEASED"] and row["when"] == "NEW.NAME <> ''"
-    assert row["tag"] == "audit" and row["pending"] == 0 and row["dead"] == 0
+    assert row["tag"] == "audit" and row["pending"] == 0 and row["dead"] == 0 and row["capture"] == "ok"
 
 
 def test_remove_unknown_subscription_is_an_error(subs, settings):

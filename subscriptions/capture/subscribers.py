@@ -22,6 +22,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.errors import COLUMN_UNKNOWN, codes, first_line, is_conflict
 from subscriptions.errors import SubsError
 
+from .drift import OK, capture_state, capture_states
 from .metadata import Table, find_table, load_table
 from .names import ACTION_NAMES, check_condition, check_tag, lookup_names, parse_actions, split_names
 from .trigger_sync import for_table, settle_trigger, subscription_from_row, sync_trigger
@@ -35,7 +36,7 @@ _MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has
 class Change:
     """What one command did to one (table, action, tag)."""
 
-    outcome: str  # added | updated | unchanged | removed | deactivated
+    outcome: str  # added | updated | unchanged | repaired | removed | deactivated
     subscription: Subscription
     events: int = 0
 
@@ -46,6 +47,7 @@ class Listing:
     created_at: dt.datetime
     pending: int
     dead: int
+    capture: str  # drift.OK, or what is wrong with the table's capture
 
     def as_dict(self) -> dict[str, object]:
         s = self.subscription
@@ -60,6 +62,7 @@ class Listing:
             "created_at": self.created_at.isoformat(),
             "pending": self.pending,
             "dead": self.dead,
+            "capture": self.capture,
         }
 
 
@@ -113,7 +116,10 @@ def add(
                 outcome = "updated"
             changes.append(Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition)))
         if all(change.outcome == "unchanged" for change in changes):
-            return changes, None
+            if capture_state(cursor, table.name) == OK:
+                return changes, None
+            # Subscribed already, but the trigger drifted: make it again.
+            changes = [Change("repaired", change.subscription) for change in changes]
         _check_when(cursor, table, [c.subscription for c in changes if c.outcome != "unchanged"])
         sync_trigger(cursor, table)
         return changes, table.name
@@ -193,4 +199,10 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
 def listing(db: Database) -> list[Listing]:
     with db.transaction() as cursor:
         cursor.execute(sql.load("subscribers")["list"])
-        return [Listing(subscription_from_row(row), row[7], row[8], row[9]) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+        subscriptions = [subscription_from_row(row) for row in rows]
+        states = capture_states(cursor, {s.table for s in subscriptions if s.active})
+    return [
+        Listing(s, row[7], row[8], row[9], states[s.table] if s.active else "removed")
+        for s, row in zip(subscriptions, rows)
+    ]

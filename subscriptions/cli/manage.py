@@ -41,6 +41,11 @@ def _describe(change: subscribers.Change) -> str:
     text = f"{change.outcome}: {s.table} {s.action} {s.tag} (subscription {s.sub_id})"
     if change.outcome == "unchanged":
         text = f"already subscribed: {s.table} {s.action} {s.tag} (subscription {s.sub_id})"
+    if change.outcome == "repaired":
+        text = (
+            f"already subscribed: {s.table} {s.action} {s.tag} (subscription {s.sub_id}); "
+            "its capture trigger had drifted and was made again"
+        )
     if change.outcome == "deactivated":
         text = (
             f"removed: {s.table} {s.action} {s.tag}; {change.events} event(s) kept and still "
@@ -98,7 +103,8 @@ def remove(ctx: click.Context, table: str, actions: str, tag: str, purge: bool) 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
 def list_(ctx: click.Context, as_json: bool) -> None:
-    """Show subscriptions with their pending and dead event counts."""
+    """Show subscriptions with their pending and dead event counts, and
+    whether each table's capture trigger matches the table (CAPTURE)."""
     rows = subscribers.listing(open_database(ctx))
     if as_json:
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
@@ -106,7 +112,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no subscriptions; add one with `subs add TABLE ACTIONS TAG`")
         return
-    headers = ("ID", "TABLE", "ACTION", "TAG", "COLUMNS", "WHEN", "PENDING", "DEAD", "STATE")
+    headers = ("ID", "TABLE", "ACTION", "TAG", "COLUMNS", "WHEN", "PENDING", "DEAD", "STATE", "CAPTURE")
     click.echo(
         render(
             headers,
@@ -121,6 +127,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                     row.pending,
                     row.dead,
                     "active" if s.active else "removed",
+                    row.capture if s.active else "-",
                 )
                 for row in rows
                 for s in [row.subscription]

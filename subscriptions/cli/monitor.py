@@ -9,7 +9,7 @@ import click
 
 from subscriptions.events import json_default
 from subscriptions.ops import repair
-from subscriptions.ops.status import problems, read_status
+from subscriptions.ops.status import drifted, problems, read_status
 from subscriptions.ops.text_table import render
 
 from . import app, cli, open_database
@@ -30,7 +30,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
         return
-    headers = ("ID", "TABLE", "ACTION", "TAG", "PENDING", "IN FLIGHT", "FAILED", "DEAD", "OLDEST PENDING")
+    headers = ("ID", "TABLE", "ACTION", "TAG", "PENDING", "IN FLIGHT", "FAILED", "DEAD", "OLDEST PENDING", "CAPTURE")
     click.echo(
         render(
             headers,
@@ -45,6 +45,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
                     r.failed,
                     r.dead,
                     _age(r.oldest_pending_age),
+                    r.capture if r.active else "-",
                 )
                 for r in rows
             ],
@@ -52,12 +53,32 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
     )
 
 
+def _check(ctx: click.Context) -> None:
+    """One line per subscription whose capture drifted; exit 1 if any."""
+    rows = read_status(app(ctx).settings)
+    problems = drifted(rows)
+    for row in problems:
+        click.echo(f"subscription {row.sub_id} ({row.table} {row.action} {row.tag}): {row.capture}")
+    if problems:
+        ctx.exit(1)
+    click.echo(f"all {sum(row.active for row in rows)} subscription(s) are captured")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--watch", type=click.FloatRange(min=0.5), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="For monitoring: name each subscription whose table or capture trigger is missing or stale; exit 1 if any.",
+)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, watch: float | None) -> None:
-    """Per subscription: pending, in flight, failed, dead, oldest pending age."""
+def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool) -> None:
+    """Per subscription: pending, in flight, failed, dead, oldest pending age,
+    and whether its table is captured as it should be."""
+    if check:
+        _check(ctx)
+        return
     if watch is None:
         _print_status(ctx, as_json)
         return

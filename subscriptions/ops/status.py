@@ -7,6 +7,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from subscriptions.capture.drift import OK, capture_states
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
@@ -26,6 +27,7 @@ class SubscriptionStatus:
     failed: int
     dead: int
     oldest_pending_age: float | None  # seconds
+    capture: str  # drift.OK, what is wrong with the table's capture, or "removed"
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -55,6 +57,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
         with db.transaction() as cursor:
             cursor.execute(sql.load("status")["status"])
             rows = cursor.fetchall()
+            states = capture_states(cursor, {row[1] for row in rows if row[4]})
     return [
         SubscriptionStatus(
             sub_id=sub_id,
@@ -67,9 +70,15 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             failed=int(failed or 0),
             dead=int(dead or 0),
             oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
+            capture=states[table] if active else "removed",
         )
         for sub_id, table, action, tag, active, pending, in_flight, failed, dead, oldest_ms in rows
     ]
+
+
+def drifted(rows: list[SubscriptionStatus]) -> list[SubscriptionStatus]:
+    """Active subscriptions whose changes are not captured as they should be."""
+    return [row for row in rows if row.active and row.capture != OK]
 
 
 def _key(captured: bytes) -> dict[str, Any]:
