@@ -8,7 +8,7 @@ import click
 
 from subscriptions.capture import subscribers
 from subscriptions.db.errors import MissingDatabase
-from subscriptions.ops import demo
+from subscriptions.ops import demo, grants
 from subscriptions.ops.setup import init_database
 from subscriptions.ops.text_table import render
 
@@ -134,6 +134,15 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             ],
         )
     )
+
+
+@cli.command()
+@click.argument("user")
+@click.pass_context
+def grant(ctx: click.Context, user: str) -> None:
+    """Give database USER the rights `subs listen` needs (writers need none)."""
+    name = grants.grant_listener(open_database(ctx), user)
+    click.echo(f"granted {name} what `subs listen` needs")
 
 
 @cli.command(name="demo")

@@ -1,0 +1,21 @@
+-- What a listener running as its own user needs (`subs grant USER`): read
+-- the subscriptions, claim, settle and delete events, lease subscriptions
+-- (ordered mode), and read the schema version. Writers need nothing: each
+-- capture trigger holds its own right to insert into EVENT_LOG.
+-- Housekeeping's index rebuild needs ALTER rights and is skipped without.
+
+-- name: read_subscribers
+GRANT SELECT ON EVENT_SUBSCRIBER TO USER {user};
+
+-- name: work_events
+GRANT SELECT, UPDATE, DELETE ON EVENT_LOG TO USER {user};
+
+-- name: lease
+GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_LEASE TO USER {user};
+
+-- name: schema_version
+GRANT EXECUTE ON FUNCTION EVENT_SCHEMA_VERSION TO USER {user};
+
+-- name: capture_state
+-- `subs status` and --drain's summary compare triggers with the generator.
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO USER {user};

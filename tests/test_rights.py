@@ -1,0 +1,79 @@
+"""Rights: an application user holding only its own table rights writes to
+subscribed tables and migrates its own tables; a listener runs as a user of
+its own with what `subs grant` gives it. On the Firebird 3 server the users
+are real (CREATE USER); the embedded engine takes the user name as given."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+
+import pytest
+from firebird.driver import DatabaseError
+
+from subscriptions.db.settings import ConnectionSettings
+
+from conftest import Subs, assert_one_line_error, events, execute, query
+from listening import Listener, handled, insert, remaining
+
+
+@pytest.fixture
+def make_user(settings, engine) -> Iterator[Callable[[str], ConnectionSettings]]:
+    """New database users (dropped again on the server at the end)."""
+    created: list[str] = []
+
+    def make(role: str) -> ConnectionSettings:
+        name = f"{role}_{secrets.token_hex(4)}".upper()
+        password = secrets.token_hex(8)
+        if engine == "fb3":
+            execute(settings, f"CREATE USER {name} PASSWORD '{password}'")
+            created.append(name)
+        return ConnectionSettings(settings.dsn, name, password)
+
+    yield make
+    for name in created:
+        execute(settings, f"DROP USER {name}")
+
+
+def test_an_application_user_with_table_rights_only_writes_and_is_captured(settings, make_user):
+    app = make_user("app")
+    execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(10))")
+    execute(settings, f"GRANT SELECT, INSERT, UPDATE, DELETE ON ORDERS TO USER {app.user}")
+    Subs(settings).ok("add", "orders", "IUD", "audit")
+
+    execute(app, "INSERT INTO ORDERS VALUES (1, 'a')", "UPDATE ORDERS SET NOTE = 'b'", "DELETE FROM ORDERS")
+    assert [e["action"] for e in events(settings)] == ["I", "U", "D"]
+    with pytest.raises(DatabaseError, match="no permission"):
+        query(app, "SELECT COUNT(*) FROM EVENT_LOG")
+
+
+def test_an_application_user_migrates_its_own_subscribed_table(settings, make_user):
+    app = make_user("app")
+    execute(settings, f"GRANT CREATE TABLE TO USER {app.user}")
+    execute(app, "CREATE TABLE APP_ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(10))")
+    Subs(settings).ok("add", "app_items", "IU", "audit")
+
+    execute(app, "ALTER TABLE APP_ITEMS ADD EMAIL VARCHAR(40)", "ALTER TABLE APP_ITEMS DROP NOTE")
+    execute(app, "ALTER TABLE APP_ITEMS ALTER EMAIL TYPE VARCHAR(80)")
+    execute(app, "INSERT INTO APP_ITEMS VALUES (1, 'a@example.com')")
+    assert events(settings)[-1]["new"] == {"ID": 1, "EMAIL": "a@example.com"}
+    assert Subs(settings)("status", "--check").exit_code == 0
+
+
+def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_user, tmp_path, listeners):
+    listener_user = make_user("listener")
+    insert(items, 1, 3)
+
+    refused = Subs(listener_user)("listen", "--drain")
+    assert_one_line_error(refused, "no permission")
+
+    assert f"granted {listener_user.user}" in Subs(items).ok("grant", listener_user.user.lower())
+    listener = Listener(listener_user, tmp_path, "--drain")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    assert len(handled(listener.lines())) == 3 and remaining(items) == 0
+
+
+@pytest.mark.parametrize("typed", ["two words", "x;DROP TABLE EVENT_LOG", '"unclosed', ""])
+def test_grant_refuses_what_is_not_a_user_name(settings, typed):
+    assert_one_line_error(Subs(settings)("grant", typed), "is not a user name")
