@@ -1,5 +1,6 @@
-"""Fixtures: every database test runs on the embedded Firebird 5 engine and on
-a real Firebird 3 server started on 127.0.0.1."""
+"""Fixtures: every database test runs on the embedded engine (Firebird 5; 4
+when the Firebird 4 wheel comes first on the path, see dev.sh) and on a real
+Firebird 3 server started on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from firebird.embedded.provider import FirebirdProvider
 
 from subscriptions.cli import cli
 from subscriptions.db.connection import Database
@@ -19,7 +21,9 @@ from subscriptions.schema import upgrade as schema
 
 import fb3server
 
-ENGINES = ("fb5", "fb3")
+# The embedded engine is named after the firebird-embedded wheel in use.
+EMBEDDED = "fb" + FirebirdProvider().firebird_version.split(".")[0]
+ENGINES = (EMBEDDED, "fb3")
 ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
 
 
@@ -39,14 +43,14 @@ def engine(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def empty_settings(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ConnectionSettings]:
     """A freshly created database without the subs schema."""
-    if engine == "fb5":
+    if engine == EMBEDDED:
         settings = ConnectionSettings(str(tmp_path / "test.fdb"))
     else:
         directory = request.getfixturevalue("fb3_dir")
         dsn = f"inet://127.0.0.1:3050/{directory}/{uuid.uuid4().hex}.fdb"
         settings = ConnectionSettings(dsn, "SYSDBA", fb3server.password())
     with Database(settings, create=True) as db:
-        assert db.engine_version[0] == (5 if engine == "fb5" else 3), db.engine_version
+        assert db.engine_version[0] == int(engine[2:]), db.engine_version
     yield settings
     if engine == "fb3":
         Path(settings.dsn.split(":3050/", 1)[1]).unlink(missing_ok=True)

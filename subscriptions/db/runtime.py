@@ -1,6 +1,6 @@
-"""Loads the Firebird client library: the embedded Firebird 5 engine from the
-``firebird-embedded`` wheel, set up so that several processes can share one
-database file.
+"""Loads the Firebird client library: the embedded engine from the
+``firebird-embedded`` wheel (5.x by default; 4.x works too), set up so that
+several processes can share one database file.
 
 This is the only module that knows how the wheel is laid out. Everything here
 must happen before the driver attaches to anything, and only once per process.
@@ -50,8 +50,9 @@ class SharedRuntime(FirebirdProvider):
         return self._root / "firebird.log"
 
 
-def runtime_root() -> Path:
-    """Where our runtime root lives: per user and per engine version."""
+def runtime_base() -> Path:
+    """Where our runtime lives: per user and per engine version. It holds
+    ``runtime/`` (the root the engine is loaded from) and ``lib/``."""
     base = os.environ.get("SUBS_RUNTIME_DIR")
     if base:
         return Path(base)
@@ -59,9 +60,17 @@ def runtime_root() -> Path:
     return cache / "subs" / f"firebird-{FirebirdProvider().package_version}"
 
 
-def _build_root(wheel_root: Path, root: Path) -> None:
+def runtime_root() -> Path:
+    return runtime_base() / "runtime"
+
+
+def _build_root(wheel_root: Path, root: Path, major: int) -> None:
     """Create ``root`` atomically: links to the wheel's files plus our
-    firebird.conf; bring the firebird.conf of an existing root up to date."""
+    firebird.conf; bring the firebird.conf of an existing root up to date.
+
+    Firebird 4 refuses a plugin whose real path is not the one it asked for,
+    so its plugins and character sets are copied (hard links where
+    possible), not linked."""
     conf = root / "firebird.conf"
     if conf.is_file():
         if conf.read_text() != FIREBIRD_CONF:
@@ -71,7 +80,11 @@ def _build_root(wheel_root: Path, root: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
     try:
         for entry in wheel_root.iterdir():
-            if entry.name not in ("firebird.conf", "firebird.log"):
+            if entry.name in ("firebird.conf", "firebird.log"):
+                continue
+            if major < 5 and entry.name in ("plugins", "intl"):
+                shutil.copytree(entry, staging / entry.name, copy_function=_link_or_copy)
+            else:
                 (staging / entry.name).symlink_to(entry)
         (staging / "firebird.conf").write_text(FIREBIRD_CONF)
         try:
@@ -83,6 +96,13 @@ def _build_root(wheel_root: Path, root: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def _write_atomically(path: Path, text: str) -> None:
     """Other processes may be reading ``path``: they see the old or the new text."""
     handle, temporary = tempfile.mkstemp(prefix=".firebird.conf-", dir=path.parent)
@@ -91,9 +111,12 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _preload_crypto_libraries(wheel_root: Path) -> None:
-    """The engine plugin needs libtommath (Debian's libtommath1) and the wheel's
-    libtomcrypt, which its RPATH cannot find: load both globally first."""
+def _preload_crypto_libraries(wheel_root: Path, major: int) -> None:
+    """The engine needs libtommath (Debian's libtommath1) and the wheel's
+    libtomcrypt, which its RPATH ($ORIGIN/../lib) cannot find: load both
+    globally first. Firebird 4 asks for libtommath.so.0 by name: a link of
+    that name in our lib/, which that RPATH finds from our root, points to
+    the system's libtommath.so.1 (the same library under its newer name)."""
     tommath = ctypes.util.find_library("tommath") or "libtommath.so.1"
     try:
         ctypes.CDLL(tommath, mode=ctypes.RTLD_GLOBAL)
@@ -101,7 +124,24 @@ def _preload_crypto_libraries(wheel_root: Path) -> None:
         raise SubsError(
             "the embedded Firebird engine needs libtommath: install it with `apt-get install libtommath1`"
         ) from exc
+    if major < 5:
+        _link_tommath_0(runtime_base() / "lib", tommath)
     ctypes.CDLL(str(wheel_root / "libtomcrypt.so.1"), mode=ctypes.RTLD_GLOBAL)
+
+
+def _link_tommath_0(lib: Path, loaded: str) -> None:
+    link = lib / "libtommath.so.0"
+    if link.exists():
+        return
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if loaded in line}
+    if not paths:
+        raise SubsError(f"cannot find the file of {loaded}; install libtommath1")
+    lib.mkdir(parents=True, exist_ok=True)
+    temporary = lib / f".libtommath.so.0-{os.getpid()}"
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(paths.pop())
+    os.replace(temporary, link)
 
 
 def load() -> None:
@@ -114,9 +154,10 @@ def load() -> None:
                 raise RuntimeError("firebird-driver was initialised before subscriptions.runtime.load()")
             return
         wheel = FirebirdProvider()
+        major = int(wheel.firebird_version.split(".")[0])
         root = runtime_root()
-        _build_root(wheel.root, root)
-        _preload_crypto_libraries(wheel.root)
+        _build_root(wheel.root, root, major)
+        _preload_crypto_libraries(wheel.root, major)
         # The driver only sets FIREBIRD when it is unset or differs; a caller's
         # FIREBIRD pointing elsewhere would bring back ServerMode=Super.
         os.environ["FIREBIRD"] = str(root)
