@@ -332,6 +332,7 @@ CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER S
 RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
 AS
 DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
 BEGIN
     SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
     INTO TRIGGER_NAME, source, REASON;
@@ -339,10 +340,21 @@ BEGIN
     BEGIN
         EXECUTE STATEMENT source;
         -- The trigger writes EVENT_LOG for writers who may not: it gets the
-        -- right itself. Only the schema's owner can grant it; the right
-        -- outlives CREATE OR ALTER, so a DDL by someone else keeps it.
+        -- right itself (CREATE OR ALTER keeps it). The table's owner gets
+        -- it with the grant option: when the owner's own migration makes a
+        -- new trigger (DROP and CREATE TABLE), the owner can pass it on.
+        -- Either grant fails quietly for a user who may not give it.
         BEGIN
             EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+        SELECT TRIM(RDB$OWNER_NAME) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = :TABLE_NAME INTO owner;
+        IF (owner IS DISTINCT FROM CURRENT_USER) THEN
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO USER "' || REPLACE(owner, '"', '""')
+                || '" WITH GRANT OPTION';
             WHEN ANY DO
                 BEGIN
                 END

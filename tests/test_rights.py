@@ -77,3 +77,18 @@ def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_use
 @pytest.mark.parametrize("typed", ["two words", "x;DROP TABLE EVENT_LOG", '"unclosed', ""])
 def test_grant_refuses_what_is_not_a_user_name(settings, typed):
     assert_one_line_error(Subs(settings)("grant", typed), "is not a user name")
+
+
+def test_a_table_dropped_and_created_again_by_its_owner_is_captured_for_every_writer(settings, make_user):
+    app, clerk = make_user("app"), make_user("clerk")
+    execute(settings, f"GRANT CREATE TABLE TO USER {app.user}")
+    execute(app, "CREATE TABLE APP_ITEMS (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(settings).ok("add", "app_items", "I", "audit")
+
+    execute(app, "DROP TABLE APP_ITEMS")
+    execute(app, "CREATE TABLE APP_ITEMS (ID BIGINT NOT NULL PRIMARY KEY, NOTE VARCHAR(10))")
+    execute(app, f"GRANT INSERT ON APP_ITEMS TO USER {clerk.user}")
+    execute(app, "INSERT INTO APP_ITEMS VALUES (1, 'owner')")
+    execute(clerk, "INSERT INTO APP_ITEMS VALUES (2, 'clerk')")
+    assert [e["new"]["NOTE"] for e in events(settings)] == ["owner", "clerk"]
+    assert Subs(settings)("status", "--check").exit_code == 0
