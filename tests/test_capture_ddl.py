@@ -68,15 +68,23 @@ def test_columns_widened_through_a_domain(settings):
     assert last_new(settings)["LABEL"] == "longer than five"
 
 
-def test_a_new_primary_key_is_used(people):
-    (constraint,) = query(
-        people,
+def primary_key_constraint(settings) -> str:
+    ((name,),) = query(
+        settings,
         "SELECT TRIM(RDB$CONSTRAINT_NAME) FROM RDB$RELATION_CONSTRAINTS "
         "WHERE RDB$RELATION_NAME = 'PEOPLE' AND RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'",
     )
+    return str(name)
+
+
+def test_a_new_primary_key_is_used(people):
     execute(people, "UPDATE PEOPLE SET AGE = 0")
     execute(people, "ALTER TABLE PEOPLE ALTER AGE SET NOT NULL")
-    execute(people, f'ALTER TABLE PEOPLE DROP CONSTRAINT "{constraint[0]}"', "ALTER TABLE PEOPLE ADD PRIMARY KEY (AGE)")
+    execute(
+        people,
+        f'ALTER TABLE PEOPLE DROP CONSTRAINT "{primary_key_constraint(people)}"',
+        "ALTER TABLE PEOPLE ADD PRIMARY KEY (AGE)",
+    )
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     assert events(people)[-1]["pk"] == {"AGE": 30}
 
@@ -165,12 +173,16 @@ def test_no_committed_change_is_lost_while_the_application_migrates(people):
         lambda: after_some_writes("ALTER DOMAIN D_AGE TYPE INTEGER"),
         lambda: after_some_writes("ALTER TABLE PEOPLE ALTER EMAIL POSITION 1"),
     ]
-    for migrate in migrations:
-        migrate()
-    after_some_writes("ALTER TABLE PEOPLE ADD LAST_SEEN TIMESTAMP")
-    for writer in writers:
-        writer.stop.set()
-        writer.join(30)
+    # (A primary key cannot change while writers write: Firebird refuses to
+    # drop its index with "object TABLE is in use", with or without subs.)
+    try:
+        for migrate in migrations:
+            migrate()
+        after_some_writes("ALTER TABLE PEOPLE ADD LAST_SEEN TIMESTAMP")
+    finally:
+        for writer in writers:
+            writer.stop.set()
+            writer.join(30)
 
     witnessed = sorted(query(people, "SELECT ID, ACTION FROM WITNESS"))
     logged = sorted((e["pk"]["ID"], e["action"]) for e in events(people))
