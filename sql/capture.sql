@@ -3,7 +3,8 @@
 -- application's own DDL. The generator lives in the database because DDL
 -- must regenerate the trigger inside the DDL's own transaction: a change
 -- written right after an ALTER TABLE commits is captured with the new shape.
--- schema.sql includes these blocks; migrations keep frozen copies.
+-- A fresh install runs these blocks after schema.sql's (schema/upgrade.py);
+-- migrations keep frozen copies.
 --
 -- Captured rows (PK_ROW, OLD_ROW, NEW_ROW) are bytes:
 --     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL) or <n>:<value>
