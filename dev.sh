@@ -35,7 +35,8 @@ fi
 
 FB4_WHEEL=4.0.7.4
 FB4_TESTS=(tests/test_capture.py tests/test_capture_types.py tests/test_capture_ddl.py tests/test_rights.py
-           tests/test_schema.py tests/test_subscriptions_cli.py tests/test_bad_input.py tests/test_claims.py)
+           tests/test_schema.py tests/test_subscriptions_cli.py tests/test_bad_input.py tests/test_claims.py
+           tests/test_listener.py)
 
 case "$command" in
     demo) exec .venv/bin/subs demo "$@" ;;
@@ -45,8 +46,8 @@ case "$command" in
         .venv/bin/mypy
         .venv/bin/python -m pytest "$@"
         if [ $# -eq 0 ]; then
-            # The capture, schema and claim tests once more on embedded
-            # Firebird 4: its wheel, kept apart, comes first on the path.
+            # The capture, schema, claim and listener tests once more on
+            # embedded Firebird 4: its wheel, kept apart, comes first on the path.
             [ -d .engines/fb4/firebird ] || .venv/bin/python -m pip install -q --disable-pip-version-check \
                 --no-deps --target .engines/fb4 "firebird-embedded==$FB4_WHEEL"
             PYTHONPATH=.engines/fb4 .venv/bin/python -m pytest -k fb4 "${FB4_TESTS[@]}"
