@@ -110,6 +110,19 @@ def test_renaming_a_column_is_refused_with_the_way_to_do_it(people):
     assert last_new(people) == {"ID": 1, "AGE": 30, "FULL_NAME": "Ann"}
 
 
+def test_a_change_a_when_condition_cannot_follow_is_refused_and_changes_nothing(people):
+    """The regenerated trigger is compiled at commit: Firebird refuses the
+    change with its own message, and nothing changes."""
+    Subs(people).ok("add", "people", "I", "adults", "--when", "NEW.AGE >= 18")
+    before = query(people, "SELECT RDB$TRIGGER_SOURCE FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = 'SUBS$PEOPLE'")
+    with pytest.raises(DatabaseError) as refused:
+        execute(people, "ALTER TABLE PEOPLE DROP AGE")
+    assert "column AGE is not defined in table PEOPLE" in str(refused.value)
+    assert query(people, "SELECT RDB$TRIGGER_SOURCE FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = 'SUBS$PEOPLE'") == before
+    execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
+    assert sorted(e["tag"] for e in events(people)) == ["adults", "audit"]
+
+
 def test_tables_without_subscriptions_are_left_alone(settings):
     execute(settings, "CREATE TABLE OTHER (ID INTEGER NOT NULL PRIMARY KEY, A INTEGER)")
     execute(settings, "ALTER TABLE OTHER ALTER A TO B", "ALTER TABLE OTHER DROP B")
