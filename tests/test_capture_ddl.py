@@ -5,7 +5,11 @@ capture trigger inside the DDL's transaction (sql/capture.sql)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -234,3 +238,61 @@ def test_drift_is_visible_and_add_repairs_it(people):
     assert check(people)[1].splitlines()[0].endswith(": table has no primary key")
     execute(people, "ALTER TABLE PEOPLE ALTER ID SET NOT NULL", "ALTER TABLE PEOPLE ADD PRIMARY KEY (ID)")
     assert check(people)[0] == 0
+
+
+# A writer of its own process: under SuperClassic each process keeps its own
+# metadata cache, which must pick up every regenerated trigger.
+WRITER_PROCESS = """
+import os, sys, time
+from firebird.driver import DatabaseError
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+dsn, user, first, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+end = time.monotonic() + seconds
+with Database(ConnectionSettings(dsn, user, os.environ.get("ISC_PASSWORD"))) as db:
+    row = first
+    while time.monotonic() < end:
+        try:
+            with db.transaction() as cursor:
+                cursor.execute("INSERT INTO PEOPLE (ID) VALUES (?)", (row,))
+                cursor.execute("UPDATE PEOPLE SET ID = ID WHERE ID = ?", (row,))
+        except DatabaseError:
+            pass
+        row += 1
+"""
+
+
+def test_no_change_is_lost_with_writers_in_processes_of_their_own(people):
+    execute(people, "CREATE TABLE WITNESS (ID INTEGER, ACTION CHAR(1))")
+    execute(
+        people,
+        "CREATE TRIGGER WITNESS_PEOPLE FOR PEOPLE AFTER INSERT OR UPDATE POSITION 1 AS BEGIN "
+        "INSERT INTO WITNESS VALUES (NEW.ID, IIF(INSERTING, 'I', 'U')); END",
+    )
+    environment = {**os.environ, "ISC_PASSWORD": people.password or ""}
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER_PROCESS, people.dsn, people.effective_user, str(first), "6"],
+            env=environment,
+        )
+        for first in (1, 1_000_000)
+    ]
+    try:
+        time.sleep(1)
+        for statement in (
+            "ALTER TABLE PEOPLE ADD EMAIL VARCHAR(40)",
+            "ALTER TABLE PEOPLE DROP AGE",
+            "ALTER TABLE PEOPLE ALTER NAME TYPE VARCHAR(80)",
+            "ALTER TABLE PEOPLE DROP EMAIL",
+        ):
+            execute(people, statement)
+            time.sleep(1)
+    finally:
+        for writer in writers:
+            assert writer.wait(60) == 0
+
+    witnessed = sorted(query(people, "SELECT ID, ACTION FROM WITNESS"))
+    logged = sorted((e["pk"]["ID"], e["action"]) for e in events(people))
+    assert len(witnessed) > 100
+    assert logged == witnessed
+    assert list(events(people)[-1]["new"]) == ["ID", "NAME"]
