@@ -67,7 +67,7 @@ def _binary_float(text: str) -> float:
     return math.ldexp(int(mantissa), int(exponent or 0))
 
 
-def text_value(data: bytes, charset: str) -> str | bytes:
+def _text_value(data: bytes, charset: str) -> str | bytes:
     """Text in its stored bytes as str; CHARACTER SET NONE (or any text)
     whose bytes are not valid in its character set stays bytes."""
     try:
@@ -90,7 +90,6 @@ def _codec(charset: str) -> str:
 _TEXT_READERS: dict[str, Callable[[str], Any]] = {
     "i": int,
     "N": Decimal,
-    "d": Decimal,
     "f": _binary_float,
     "b": lambda text: text.upper() == "TRUE",
     "D": dt.date.fromisoformat,
@@ -105,7 +104,7 @@ def _value(type_code: str, data: bytes) -> Any:
     if type_code == "x":
         return data
     if type_code.startswith("s"):
-        return text_value(data, type_code[1:])
+        return _text_value(data, type_code[1:])
     return _TEXT_READERS[type_code](data.decode("ascii"))
 
 
@@ -150,6 +149,7 @@ def _decode(data: bytes) -> dict[str, Any]:
 
 _LEGACY_READERS: dict[str, Callable[[str], Any]] = {
     **_TEXT_READERS,
+    "d": Decimal,
     "f": float,
     "s": str,
     "u": lambda text: uuid.UUID(text).bytes,

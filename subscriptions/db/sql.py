@@ -34,11 +34,6 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def literal(text: str) -> str:
-    """A SQL string literal, for text the trigger generator compiles in."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def parse(text: str) -> dict[str, str]:
     """Split a file's text into ``{name: statement}`` in file order, with
     ``{{name}}`` includes expanded."""
