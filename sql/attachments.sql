@@ -4,7 +4,10 @@
 -- and that the server still keeps (with their open transactions and locks).
 
 -- name: tag
-SELECT RDB$SET_CONTEXT('USER_SESSION', 'SUBS_WORKER', ?) FROM RDB$DATABASE;
+-- SUBS_SERVES is what the worker consumes: its mode and tags (see
+-- delivery/serving.py).
+SELECT RDB$SET_CONTEXT('USER_SESSION', 'SUBS_WORKER', ?), RDB$SET_CONTEXT('USER_SESSION', 'SUBS_SERVES', ?)
+FROM RDB$DATABASE;
 
 -- name: workers
 -- Other attachments (of our user, or all for SYSDBA) tagged as a worker.
@@ -17,3 +20,13 @@ WHERE V.MON$VARIABLE_NAME = 'SUBS_WORKER'
 -- name: disconnect
 -- Closes the attachment: the server rolls back its transactions.
 DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID = ?;
+
+-- name: serving
+-- Other workers' owners and what they serve.
+SELECT W.MON$VARIABLE_VALUE, S.MON$VARIABLE_VALUE
+FROM MON$CONTEXT_VARIABLES W
+JOIN MON$CONTEXT_VARIABLES S ON S.MON$ATTACHMENT_ID = W.MON$ATTACHMENT_ID
+                             AND S.MON$VARIABLE_NAME = 'SUBS_SERVES' AND S.MON$TRANSACTION_ID IS NULL
+WHERE W.MON$VARIABLE_NAME = 'SUBS_WORKER'
+  AND W.MON$TRANSACTION_ID IS NULL
+  AND W.MON$ATTACHMENT_ID <> CURRENT_CONNECTION;

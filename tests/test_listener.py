@@ -458,3 +458,24 @@ def test_a_retry_wakes_the_worker_when_its_backoff_is_due(items, tmp_path, liste
     listener.wait_for(lambda lines: handled(lines) == [1, 2], timeout=30)
     attempts = [line["attempt"] for line in listener.lines() if line["id"] == 2 and line["phase"] == "start"]
     assert attempts == [1, 2]
+
+
+def test_one_tag_is_not_consumed_in_two_modes_at_once(items, tmp_path, listeners):
+    """A second listener taking the same tag in another mode would break the
+    order the first one keeps: it is refused in one line; in the same mode, or
+    for other tags, it starts."""
+    serving = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_SERVES'"
+    ordered = Listener(items, tmp_path, "--tag", "rec")
+    listeners.append(ordered)
+    wait_until(lambda: query(items, serving)[0][0] > 0, 60, "the ordered listener's worker to attach")
+
+    refused = Listener(items, tmp_path, "--mode", "parallel", "--drain")
+    listeners.append(refused)
+    assert refused.finish() == 1
+    (line,) = [line for line in refused.output().splitlines() if line.startswith("Error:")]
+    assert "consumes tag(s) rec in ordered mode" in line and "one tag's events must be consumed in one mode" in line
+
+    for args in (("--drain",), ("--mode", "parallel", "--tag", "rec2", "--drain")):
+        other = Listener(items, tmp_path, *args)
+        listeners.append(other)
+        assert other.finish() == 0, other.output()

@@ -32,7 +32,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.db.connection import Database
 
 db = Database(ConnectionSettings(sys.argv[1], sys.argv[2], sys.argv[3] or None))
-reaper.tag(db, sys.argv[4])
+reaper.tag(db, sys.argv[4], "ordered|*")
 db.connection.begin()
 cursor = db.connection.cursor()
 cursor.execute("UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 "
@@ -94,7 +94,7 @@ def test_start_up_disconnects_a_dead_workers_attachment_and_no_live_one(items, t
     holders.append(zombie)
     assert zombie.attached()
     live = Database(items)
-    reaper.tag(live, reaper.owner())  # a live worker: this test process
+    reaper.tag(live, reaper.owner(), "ordered|*")  # a live worker: this test process
     try:
         listener = Listener(items, tmp_path, "--drain")
         listeners.append(listener)

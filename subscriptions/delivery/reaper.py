@@ -30,10 +30,11 @@ def owner(pid: int | None = None) -> str:
     return f"{socket.gethostname()}:{pid or os.getpid()}"
 
 
-def tag(db: Database, worker: str) -> None:
-    """Mark ``db``'s attachment as belonging to ``worker``."""
+def tag(db: Database, worker: str, serves: str) -> None:
+    """Mark ``db``'s attachment as belonging to ``worker``, which ``serves``
+    (``serving.serves``)."""
     with db.transaction() as cursor:
-        cursor.execute(sql.load("attachments")["tag"], (worker,))
+        cursor.execute(sql.load("attachments")["tag"], (worker, serves))
         cursor.fetchone()
 
 

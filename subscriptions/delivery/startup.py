@@ -26,6 +26,7 @@ from subscriptions.schema.version import require_current
 from . import housekeeping, reaper
 from .claims import load_targets
 from .options import ListenOptions
+from .serving import refuse_mixed_modes
 
 log = logging.getLogger("subs.listener")
 
@@ -44,6 +45,7 @@ def check(options: ListenOptions) -> None:
     load_handlers(options)
     with Database(options.settings) as db:
         require_current(db)
+        refuse_mixed_modes(db, options)
 
 
 def check_main() -> None:

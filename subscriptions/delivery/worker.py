@@ -48,6 +48,7 @@ from .heartbeat import renew_leases
 from .metrics import Metrics
 from .notifications import Notifications
 from .options import ListenOptions
+from .serving import serves
 
 log = logging.getLogger("subs.worker")
 
@@ -92,7 +93,7 @@ class Worker:
     def _attach(self) -> Database:
         """A new attachment, tagged so a listener can reap it if we die."""
         db = Database(self.options.settings)
-        reaper.tag(db, self.owner)
+        reaper.tag(db, self.owner, serves(self.options))
         return db
 
     def _open(self) -> Claimer:
