@@ -333,6 +333,33 @@ END;
 -- subscription it cannot capture.
 CREATE EXCEPTION EVENT_CAPTURE_REFUSED 'subs cannot capture this table';
 
+-- name: stub_procedure
+-- Before the application alters a subscribed table (or a domain one of its
+-- columns uses): empty the capture trigger so the engine lets the change
+-- drop or retype columns it read. The AFTER trigger regenerates it in the
+-- same transaction, so no other transaction ever sees the empty one.
+-- Renaming a column is checked by the engine before any DDL trigger can
+-- help, so it is refused with the way to do it instead. EVENT_CAPTURE_SYNC
+-- leaves the same empty trigger when there is nothing to capture (SQL_TEXT
+-- empty: no DDL to judge).
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_STUB (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, SQL_TEXT BLOB SUB_TYPE TEXT)
+AS
+DECLARE trigger_name VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
+    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
+    INTO trigger_name;
+    IF (trigger_name IS NULL) THEN
+        EXIT;
+    IF (UPPER(SQL_TEXT) SIMILAR TO
+        '%ALTER[[:SPACE:]]+(COLUMN[[:SPACE:]]+)?("[^"]+"|[^[:SPACE:]"]+)[[:SPACE:]]+TO[[:SPACE:]]+%') THEN
+        EXCEPTION EVENT_CAPTURE_REFUSED
+            'subs captures table ' || TABLE_NAME || ' and Firebird cannot rename its columns under a trigger: '
+            || 'add the new column, copy the values (UPDATE), then drop the old one';
+    EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(trigger_name, '"', '""') || '" FOR "'
+        || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+END;
+
 -- name: sync_procedure
 -- Make the table's capture trigger what the generator says now: (re)create
 -- it, or, when there is nothing to capture, leave an empty inactive trigger
@@ -370,36 +397,9 @@ BEGIN
                 END
         END
     END
-    ELSE IF (EXISTS (SELECT 1 FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME)
-             AND REASON <> 'no table') THEN
-        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
-            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+    ELSE IF (REASON <> 'no table') THEN
+        EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:TABLE_NAME, '');
     SUSPEND;
-END;
-
--- name: stub_procedure
--- Before the application alters a subscribed table (or a domain one of its
--- columns uses): empty the capture trigger so the engine lets the change
--- drop or retype columns it read. The AFTER trigger regenerates it in the
--- same transaction, so no other transaction ever sees the empty one.
--- Renaming a column is checked by the engine before any DDL trigger can
--- help, so it is refused with the way to do it instead.
-CREATE OR ALTER PROCEDURE EVENT_CAPTURE_STUB (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, SQL_TEXT BLOB SUB_TYPE TEXT)
-AS
-DECLARE trigger_name VARCHAR(63) CHARACTER SET UTF8;
-BEGIN
-    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
-    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
-    INTO trigger_name;
-    IF (trigger_name IS NULL) THEN
-        EXIT;
-    IF (UPPER(SQL_TEXT) SIMILAR TO
-        '%ALTER[[:SPACE:]]+(COLUMN[[:SPACE:]]+)?("[^"]+"|[^[:SPACE:]"]+)[[:SPACE:]]+TO[[:SPACE:]]+%') THEN
-        EXCEPTION EVENT_CAPTURE_REFUSED
-            'subs captures table ' || TABLE_NAME || ' and Firebird cannot rename its columns under a trigger: '
-            || 'add the new column, copy the values (UPDATE), then drop the old one';
-    EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(trigger_name, '"', '""') || '" FOR "'
-        || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
 END;
 
 -- name: before_ddl_trigger
@@ -464,6 +464,9 @@ GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AFTER_DDL
 
 -- name: grant_source
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_CAPTURE_SYNC;
+
+-- name: grant_stub_to_sync
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_STUB TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: grant_source_read
 GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
