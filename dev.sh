@@ -13,8 +13,9 @@ shift
 
 # libtommath1: needed by the embedded Firebird 5 engine (firebird-embedded).
 # firebird3.0-server: the real Firebird 3 server the tests also run against.
+# nats-server: the real NATS (JetStream) server of the relay's tests.
 packages=(libtommath1)
-[ "$command" = test ] && packages+=(firebird3.0-server)
+[ "$command" = test ] && packages+=(firebird3.0-server nats-server)
 python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
 
 missing=()

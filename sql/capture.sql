@@ -19,12 +19,16 @@
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
 -- subscriptions; SOURCE is NULL and REASON says why when there is nothing
 -- to capture: 'no table', 'no primary key', 'key too long',
--- 'no subscription'.
+-- 'no subscription'. INSERT_KEY and INSERT_ROW are the expressions an
+-- insert's key and row are captured with (over NEW), for the backfill
+-- generator below; set unless the table cannot be captured.
 CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SOURCE (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
 RETURNS (
     TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8,
     SOURCE BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
-    REASON VARCHAR(40) CHARACTER SET UTF8
+    REASON VARCHAR(40) CHARACTER SET UTF8,
+    INSERT_KEY BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    INSERT_ROW BLOB SUB_TYPE TEXT CHARACTER SET UTF8
 )
 AS
 DECLARE head VARCHAR(80) CHARACTER SET UTF8;
@@ -230,6 +234,8 @@ BEGIN
         old_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || old_expr;
         new_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || new_expr;
     END
+    INSERT_KEY = key_new;
+    INSERT_ROW = new_expr;
 
     actions = 'IUD';
     WHILE (actions <> '') DO
@@ -461,3 +467,123 @@ GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_STUB TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: grant_source_read
 GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
+
+-- name: backfill_procedure
+-- The statements `subs backfill` runs, one per chunk of a subscribed table's
+-- rows in primary-key order: each locks the rows it reads (WITH LOCK), so a
+-- writer's later change of one of them waits for the chunk to commit and is
+-- logged after its snapshot event. FIRST_CHUNK takes (CHUNK); NEXT_CHUNK
+-- takes (CHUNK, then the last key done, column by column in key order) and
+-- reads on from there through the primary key's index. Each returns the
+-- rows read, the events logged (the subscription's --when applies) and the
+-- captured key of the last row read. The row is captured as the insert
+-- subscription's trigger would (its INSERT_KEY and INSERT_ROW), over a
+-- cursor named NEW.
+CREATE OR ALTER PROCEDURE EVENT_BACKFILL_SOURCE (
+    SUB_ID INTEGER,
+    WHERE_CONDITION VARCHAR(4000) CHARACTER SET UTF8
+)
+RETURNS (
+    FIRST_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    NEXT_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    REASON VARCHAR(40) CHARACTER SET UTF8
+)
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE tag VARCHAR(40) CHARACTER SET ASCII;
+DECLARE when_condition VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE insert_key BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE insert_row BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE quoted_table VARCHAR(130) CHARACTER SET UTF8;
+DECLARE ref VARCHAR(130) CHARACTER SET UTF8;
+DECLARE segment INTEGER = 0;
+DECLARE parameters VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE order_by VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE after_key VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE closing VARCHAR(100) CHARACTER SET UTF8 = '';
+DECLARE head BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE tail BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+BEGIN
+    SELECT TABLE_NAME, TRIM(TAG), WHEN_CONDITION FROM EVENT_SUBSCRIBER
+    WHERE SUB_ID = :SUB_ID AND ACTION = 'I' AND ACTIVE
+    INTO table_name, tag, when_condition;
+    IF (table_name IS NULL) THEN
+    BEGIN
+        REASON = 'no subscription';
+        SUSPEND;
+        EXIT;
+    END
+    SELECT REASON, INSERT_KEY, INSERT_ROW FROM EVENT_CAPTURE_SOURCE(:table_name)
+    INTO REASON, insert_key, insert_row;
+    IF (insert_key IS NULL) THEN
+    BEGIN
+        SUSPEND;
+        EXIT;
+    END
+    REASON = NULL;
+    quoted_table = '"' || REPLACE(table_name, '"', '""') || '"';
+    -- Key columns in the index's order: the reads walk the index.
+    FOR SELECT TRIM(s.RDB$FIELD_NAME)
+        FROM RDB$RELATION_CONSTRAINTS rc
+        JOIN RDB$INDEX_SEGMENTS s ON s.RDB$INDEX_NAME = rc.RDB$INDEX_NAME
+        WHERE rc.RDB$RELATION_NAME = :table_name AND rc.RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'
+        ORDER BY s.RDB$FIELD_POSITION
+        INTO column_name
+    DO
+    BEGIN
+        segment = segment + 1;
+        ref = '"' || REPLACE(column_name, '"', '""') || '"';
+        parameters = parameters || ', AFTER_' || segment || ' TYPE OF COLUMN ' || quoted_table || '.' || ref || ' = ?';
+        order_by = order_by || IIF(segment > 1, ', ', '') || ref;
+        -- (k1, k2, ...) > (a1, a2, ...) as k1 >= a1 AND (k1 > a1 OR (k2 >= a2 AND (...))):
+        -- its first term bounds the index walk.
+        after_key = after_key || IIF(segment > 1, ' OR (', '') || ref || ' >= :AFTER_' || segment
+            || ' AND (' || ref || ' > :AFTER_' || segment;
+        closing = closing || IIF(segment > 1, '))', ')');
+    END
+    head = 'EXECUTE BLOCK (CHUNK INTEGER = ?';
+    tail = ')' || nl
+        || 'RETURNS (ROWS_READ INTEGER, EVENTS INTEGER, LAST_KEY VARCHAR(1000) CHARACTER SET OCTETS)' || nl
+        || 'AS' || nl
+        || 'DECLARE row_key VARCHAR(1000) CHARACTER SET OCTETS;' || nl
+        || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
+        || 'BEGIN' || nl
+        || '    ROWS_READ = 0;' || nl
+        || '    EVENTS = 0;' || nl
+        || '    FOR SELECT * FROM ' || quoted_table || nl
+        || '        WHERE ' || COALESCE('(' || WHERE_CONDITION || ')', 'TRUE') || '{after}' || nl
+        || '        ORDER BY ' || order_by || nl
+        || '        ROWS :CHUNK' || nl
+        || '        WITH LOCK' || nl
+        || '        AS CURSOR NEW' || nl
+        || '    DO' || nl
+        || '    BEGIN' || nl
+        || '        ROWS_READ = ROWS_READ + 1;' || nl
+        || '        row_key = ' || insert_key || ';' || nl
+        || '        LAST_KEY = row_key;' || nl
+        || '        IF (' || COALESCE(when_condition, 'TRUE') || ') THEN' || nl
+        || '        BEGIN' || nl
+        || '            new_values = ' || insert_row || ';' || nl
+        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, NEW_ROW)' || nl
+        || '            VALUES (' || SUB_ID || ', :row_key, HASH('''
+        || REPLACE(table_name || '|' || tag || '|', '''', '''''') || ''' || :row_key), :new_values);' || nl
+        || '            EVENTS = EVENTS + 1;' || nl
+        || '        END' || nl
+        || '    END' || nl
+        || '    IF (EVENTS > 0) THEN' || nl
+        || '        POST_EVENT ''subs:' || tag || ''';' || nl
+        || '    SUSPEND;' || nl
+        || 'END';
+    FIRST_CHUNK = head || REPLACE(tail, '{after}', '');
+    NEXT_CHUNK = head || parameters || REPLACE(tail, '{after}', nl || '          AND ' || after_key || closing);
+    SUSPEND;
+END;
+
+-- name: grant_backfill_source
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_BACKFILL_SOURCE;
+
+-- name: grant_backfill_read
+GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_BACKFILL_SOURCE;

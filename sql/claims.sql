@@ -313,3 +313,19 @@ SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER B
 -- Events whose subscription was purged while a writer's transaction that
 -- logged them was still running.
 DELETE FROM EVENT_LOG WHERE SUB_ID NOT IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER);
+
+-- name: database_id
+-- The database's id (EVENT_DATABASE), made by the first claimer that finds
+-- none. A claimer making it at the same moment waits for this one and
+-- fails on the key; it then reads ours (delivery/claims.py tries again).
+EXECUTE BLOCK RETURNS (DATABASE_ID CHAR(36) CHARACTER SET ASCII)
+AS
+BEGIN
+    SELECT DATABASE_ID FROM EVENT_DATABASE INTO DATABASE_ID;
+    IF (DATABASE_ID IS NULL) THEN
+    BEGIN
+        DATABASE_ID = LOWER(UUID_TO_CHAR(GEN_UUID()));
+        INSERT INTO EVENT_DATABASE (DATABASE_ID) VALUES (:DATABASE_ID);
+    END
+    SUSPEND;
+END

@@ -13,6 +13,14 @@ GRANT SELECT, UPDATE, DELETE ON EVENT_LOG TO USER {user};
 -- name: lease
 GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_LEASE TO USER {user};
 
+-- name: database_id
+-- Events leaving the database carry its id; the first listener makes it.
+GRANT SELECT, INSERT ON EVENT_DATABASE TO USER {user};
+
+-- name: backfill_state
+-- `subs status` shows backfills.
+GRANT SELECT ON EVENT_BACKFILL TO USER {user};
+
 -- name: schema_version
 GRANT EXECUTE ON FUNCTION EVENT_SCHEMA_VERSION TO USER {user};
 

@@ -75,10 +75,39 @@ CREATE TABLE EVENT_LEASE (
     CONSTRAINT PK_EVENT_LEASE PRIMARY KEY (SUB_ID)
 );
 
+-- name: create_database_id
+-- This database's identity for what leaves it: an event's idempotency key
+-- (a relay's message id) is this id and the EVENT_ID. One row, made by the
+-- first listener (delivery/claims.sql); a restore keeps it, like the ids.
+CREATE TABLE EVENT_DATABASE (
+    ONLY_ROW     SMALLINT DEFAULT 1 NOT NULL,
+    DATABASE_ID  CHAR(36) CHARACTER SET ASCII NOT NULL,
+    CONSTRAINT PK_EVENT_DATABASE PRIMARY KEY (ONLY_ROW),
+    CONSTRAINT CK_EVENT_DATABASE_ONLY_ROW CHECK (ONLY_ROW = 1)
+);
+
+-- name: create_backfill
+-- One row per insert subscription whose table's existing rows `subs
+-- backfill` delivers (or delivered): where it stands, so that a killed run
+-- goes on from LAST_KEY (the captured key of the last row done, NULL before
+-- the first chunk). ROWS_TOTAL is counted when it starts.
+CREATE TABLE EVENT_BACKFILL (
+    SUB_ID           INTEGER NOT NULL,
+    WHERE_CONDITION  VARCHAR(4000) CHARACTER SET UTF8,
+    LAST_KEY         VARCHAR(1000) CHARACTER SET OCTETS,
+    ROWS_DONE        BIGINT DEFAULT 0 NOT NULL,
+    EVENTS           BIGINT DEFAULT 0 NOT NULL,
+    ROWS_TOTAL       BIGINT,
+    STARTED_AT       TIMESTAMP DEFAULT LOCALTIMESTAMP NOT NULL,
+    UPDATED_AT       TIMESTAMP,
+    FINISHED_AT      TIMESTAMP,
+    CONSTRAINT PK_EVENT_BACKFILL PRIMARY KEY (SUB_ID)
+);
+
 -- name: record_version
 -- The schema version lives in the same DDL transaction as the schema itself.
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
 AS
 BEGIN
-    RETURN 9;
+    RETURN 10;
 END;

@@ -16,7 +16,9 @@ class Event:
 
     ``pk``, ``old`` and ``new`` map column names to typed values; ``old`` is
     None for inserts and ``new`` is None for deletes. ``attempt`` is 1 on the
-    first delivery. ``cursor`` is only set for transactional handlers.
+    first delivery. ``database_id`` names the database the event comes from
+    (see ``idempotency_key``). ``cursor`` is only set for transactional
+    handlers.
     """
 
     id: int
@@ -29,7 +31,14 @@ class Event:
     attempt: int
     created_at: dt.datetime
     subscription_id: int = 0
+    database_id: str = ""
     cursor: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Unique per event across databases and the same on every
+        redelivery: what a receiver deduplicates by."""
+        return f"{self.database_id}:{self.id}" if self.database_id else str(self.id)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what the webhook, exec and log handlers send)."""
@@ -44,6 +53,7 @@ class Event:
             "attempt": self.attempt,
             "created_at": self.created_at,
             "subscription_id": self.subscription_id,
+            "database_id": self.database_id,
         }
 
     def to_json(self) -> str:

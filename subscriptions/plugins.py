@@ -21,28 +21,27 @@ import pluggy
 from subscriptions import hookspecs
 from subscriptions.capture.names import check_tag
 from subscriptions.errors import SubsError
-from subscriptions.events import Event
 
 ENTRY_POINT_GROUP = "subscriptions"
-BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec")
+BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec", "nats_relay")
 BUILTIN_PREFIX = "builtin:"
-
-
-HandlerFunction = Callable[[Event], object]
 
 
 class Register(Protocol):
     """The ``register`` callback a plugin's ``register_handlers`` gets."""
 
-    def __call__(self, tag: str, function: HandlerFunction, *, transactional: bool = False) -> None: ...
+    def __call__(
+        self, tag: str, function: Callable[..., object], *, transactional: bool = False, batch: bool = False
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
 class Handler:
     tag: str
-    function: HandlerFunction
+    function: Callable[..., object]
     plugin: str
     transactional: bool = False
+    batch: bool = False
 
 
 def _import(spec: str) -> ModuleType:
@@ -99,15 +98,19 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
     for impl in manager.hook.register_handlers.get_hookimpls():
         plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
 
-        def register(tag: str, function: HandlerFunction, *, transactional: bool = False) -> None:
+        def register(
+            tag: str, function: Callable[..., object], *, transactional: bool = False, batch: bool = False
+        ) -> None:
             if plugin.startswith(BUILTIN_PREFIX) and tag not in configured:
                 return
             check_tag(tag)
+            if transactional and batch:
+                raise SubsError(f"{plugin} registers {tag!r} as both transactional and batch; choose one")
             if tag in handlers:
                 raise SubsError(
                     f"tag {tag!r} is registered by both {handlers[tag].plugin} and {plugin}; remove one of the plugins"
                 )
-            handlers[tag] = Handler(tag, function, plugin, transactional)
+            handlers[tag] = Handler(tag, function, plugin, transactional, batch)
 
         arguments = {"register": register, "config": config}
         impl.function(**{name: arguments[name] for name in impl.argnames})
@@ -123,5 +126,5 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
             )
         check_tag(tag)
         base = handlers[target]
-        handlers[tag] = Handler(tag, base.function, f"{base.plugin} (as {tag})", base.transactional)
+        handlers[tag] = Handler(tag, base.function, f"{base.plugin} (as {tag})", base.transactional, base.batch)
     return handlers

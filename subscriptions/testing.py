@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from subscriptions.events import Event
 from subscriptions.plugins import Handler, collect_handlers, plugin_manager
@@ -68,11 +68,18 @@ def deliver(handler: Handler | Callable[[Event], object], event: Event, *, curso
     """Call a handler on one event as the listener does; its exceptions propagate.
 
     Only a transactional ``Handler`` (or a plain function) sees ``cursor``;
-    other handlers get ``event.cursor = None``. The caller's ``event`` is not
-    modified.
+    other handlers get ``event.cursor = None``. A batch handler gets a batch
+    of this one event, and the error it reports for it is raised. The
+    caller's ``event`` is not modified.
     """
     if isinstance(handler, Handler):
         function, transactional = handler.function, handler.transactional
     else:
         function, transactional = handler, True
-    function(dataclasses.replace(event, cursor=cursor if transactional else None))
+    delivered = dataclasses.replace(event, cursor=cursor if transactional else None)
+    if isinstance(handler, Handler) and handler.batch:
+        errors = cast(Sequence[BaseException | None] | None, function([delivered]))
+        if errors is not None and errors[0] is not None:
+            raise errors[0]
+        return
+    function(delivered)

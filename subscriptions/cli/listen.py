@@ -289,9 +289,13 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
 @click.pass_context
 def handlers(ctx: click.Context, plugins: tuple[str, ...], as_json: bool) -> None:
     """List handler tags and the plugin providing each."""
-    found = collect_handlers(plugin_manager(_plugins(plugins)), app(ctx).config.handlers)
-    rows = [(h.tag, h.plugin, "yes" if h.transactional else "no") for h in sorted(found.values(), key=lambda h: h.tag)]
+    found = sorted(
+        collect_handlers(plugin_manager(_plugins(plugins)), app(ctx).config.handlers).values(), key=lambda h: h.tag
+    )
     if as_json:
-        click.echo(json.dumps([{"tag": t, "plugin": p, "transactional": x == "yes"} for t, p, x in rows], indent=2))
+        listed = [{"tag": h.tag, "plugin": h.plugin, "transactional": h.transactional, "batch": h.batch} for h in found]
+        click.echo(json.dumps(listed, indent=2))
         return
-    click.echo(render(("TAG", "PLUGIN", "TRANSACTIONAL"), rows))
+    yes_no = {True: "yes", False: "no"}
+    rows = [(h.tag, h.plugin, yes_no[h.transactional], yes_no[h.batch]) for h in found]
+    click.echo(render(("TAG", "PLUGIN", "TRANSACTIONAL", "BATCH"), rows))

@@ -17,6 +17,7 @@ more than the engine's work.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, read_blob
 from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
+from subscriptions.db.retry import Backoff, retrying
 from subscriptions.events import Event
 
 MAX_ERROR_LENGTH = 2000
@@ -38,6 +40,8 @@ MAX_PREPARED = 32
 # Firebird 3/4: candidates read per event wanted, since other claimers may
 # be taking some of them at this moment.
 CANDIDATES_PER_EVENT = 4
+# Tries to read or make the database's id while another claimer makes it.
+IDENTIFY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Claimer:
         self._prepared: dict[str, Statement] = {}
         # Claimed events whose captured row could not be decoded, by event id.
         self.undecodable: dict[int, UndecodableEvent] = {}
+        self.database_id = database_id(db)
 
     def _execute(self, cursor: Cursor, statement: str, params: Sequence[Any]) -> None:
         """Execute ``statement`` prepared once per attachment rather than per call."""
@@ -113,6 +118,7 @@ class Claimer:
                     attempt=attempts,
                     created_at=created_at,
                     subscription_id=sub_id,
+                    database_id=self.database_id,
                 )
             )
         return events
@@ -235,6 +241,19 @@ class Claimer:
             ((changed,),) = cursor.fetchall()
             done += int(changed)
         return done
+
+
+def database_id(db: Database) -> str:
+    """The database's id for events' idempotency keys; made on first use."""
+    return str(
+        retrying(
+            lambda: db.fetch_value(sql.load("claims")["database_id"]),
+            attempts=IDENTIFY_ATTEMPTS,
+            retry_on=lambda exc: isinstance(exc, DatabaseError),
+            sleep=time.sleep,
+            backoff=Backoff(0.05, 0.5),
+        )
+    )
 
 
 def _id_list(event_ids: Iterable[int]) -> str:

@@ -15,7 +15,7 @@ from subscriptions.plugins import Handler
 
 from .batching import BatchSize
 from .claims import Claimer
-from .handler_thread import HandlerThread, HandlerTimeout, Outcome
+from .handler_thread import Call, HandlerThread, HandlerTimeout, Outcome
 from .heartbeat import InFlight
 from .metrics import Metrics
 from .options import ORDERED, ListenOptions
@@ -109,8 +109,7 @@ class Dispatcher:
         False if the batch is to go no further."""
         if self.handlers[run[0].tag].transactional and run[0].id not in claimer.undecodable:
             return self._deliver_transactional(claimer, run[0], attempted)
-        calls = [(self._function(claimer, e), e) for e in run]
-        self.handler_thread.start(calls, stop_on_failure=self.in_order)
+        self.handler_thread.start(self._calls(claimer, run), stop_on_failure=self.in_order)
         carry_on = True
         for event in run:
             try:
@@ -128,7 +127,23 @@ class Dispatcher:
                 carry_on = carry_on and not self.in_order
         return carry_on
 
-    def _function(self, claimer: Claimer, event: Event) -> Callable[[Event], object]:
+    def _calls(self, claimer: Claimer, run: list[Event]) -> list[Call]:
+        """One call per event, except that consecutive events of one batch
+        handler's tag make one call (undecodable ones stay apart)."""
+        calls: list[Call] = []
+        for event in run:
+            handler = self.handlers[event.tag]
+            if handler.batch and event.id not in claimer.undecodable:
+                last = calls[-1] if calls else None
+                if last is not None and last.batch and last.events[0].tag == event.tag:
+                    last.events.append(event)
+                else:
+                    calls.append(Call(handler.function, [event], batch=True))
+            else:
+                calls.append(Call(self._function(claimer, event), [event]))
+        return calls
+
+    def _function(self, claimer: Claimer, event: Event) -> Callable[..., object]:
         """The event's handler; for an event that could not be decoded, a
         stand-in that fails with the reason, so the attempt is counted and
         the event goes dead after --max-attempts like any failure."""
@@ -149,7 +164,7 @@ class Dispatcher:
             with claimer.db.transaction() as cursor:
                 event.cursor = cursor
                 try:
-                    self.handler_thread.start([(handler.function, event)], stop_on_failure=True)
+                    self.handler_thread.start([Call(handler.function, [event])], stop_on_failure=True)
                     outcome = self._outcome(event, attempted)
                 finally:
                     event.cursor = None

@@ -23,7 +23,15 @@ from subscriptions.events import Event
 
 log = logging.getLogger("subs.worker")
 
-Call = tuple[Callable[[Event], object], Event]
+
+@dataclass(frozen=True)
+class Call:
+    """One handler call: ``function(events[0])``, or with ``batch``
+    ``function(events)`` (a batch handler, see hookspecs)."""
+
+    function: Callable[..., object]
+    events: list[Event]
+    batch: bool = False
 
 
 class HandlerTimeout(Exception):
@@ -50,14 +58,14 @@ class HandlerThread:
         self._odd_returns: set[str] = set()
 
     def start(self, calls: Sequence[Call], *, stop_on_failure: bool) -> None:
-        """Hand over ``calls``; collect one ``outcome()`` per call, in order."""
+        """Hand over ``calls``; collect one ``outcome()`` per event, in order."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="handler", daemon=True)
             self._thread.start()
         self._runs.put((calls, stop_on_failure))
 
     def outcome(self) -> Outcome | None:
-        """The next call's outcome, or None if it was not started (a stop, or an
+        """The next event's outcome, or None if it was not started (a stop, or an
         earlier failure with ``stop_on_failure``). Raises HandlerTimeout when
         it takes more than ``timeout`` seconds from the previous outcome; the
         thread is then left to the hung handler and must not be used again."""
@@ -70,16 +78,19 @@ class HandlerThread:
         while True:
             calls, stop_on_failure = self._runs.get()
             carry_on = True
-            for function, event in calls:
+            for call in calls:
                 if not carry_on or self.stop.is_set():
-                    self._outcomes.put(None)
+                    for _ in call.events:
+                        self._outcomes.put(None)
                     continue
                 started = time.monotonic()
-                error = self._call(function, event)
-                self._outcomes.put(Outcome(error, time.monotonic() - started))
-                carry_on = error is None or not stop_on_failure
+                errors = self._call_batch(call) if call.batch else [self._call(call.function, call.events[0])]
+                seconds = (time.monotonic() - started) / len(errors)
+                for error in errors:
+                    self._outcomes.put(Outcome(error, seconds) if carry_on else None)
+                    carry_on = carry_on and (error is None or not stop_on_failure)
 
-    def _call(self, function: Callable[[Event], object], event: Event) -> BaseException | None:
+    def _call(self, function: Callable[..., object], event: Event) -> BaseException | None:
         """Run one handler; an ``async def`` one is run to completion. Any other
         return value is ignored (only raising fails an attempt), which is worth
         a warning once per tag."""
@@ -97,3 +108,22 @@ class HandlerThread:
                 result,
             )
         return None
+
+    @staticmethod
+    def _call_batch(call: Call) -> list[BaseException | None]:
+        """Run a batch handler: one error (or None) per event of the call."""
+        events = call.events
+        try:
+            result = call.function(list(events))
+        except BaseException as exc:  # the whole batch failed
+            return [exc] * len(events)
+        if result is None:
+            return [None] * len(events)
+        errors = list(result) if isinstance(result, Sequence) and not isinstance(result, (str, bytes)) else []
+        if len(errors) != len(events) or not all(e is None or isinstance(e, BaseException) for e in errors):
+            failure = TypeError(
+                f"batch handler for {events[0].tag} returned {result!r:.60}; expected None or "
+                f"{len(events)} entries of None or an exception"
+            )
+            return [failure] * len(events)
+        return errors

@@ -14,6 +14,7 @@ import logging
 import pickle
 import sys
 
+import pluggy
 from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
@@ -31,9 +32,9 @@ from .serving import refuse_mixed_modes
 log = logging.getLogger("subs.listener")
 
 
-def load_handlers(options: ListenOptions) -> dict[str, Handler]:
+def load_handlers(options: ListenOptions, manager: pluggy.PluginManager | None = None) -> dict[str, Handler]:
     """The handlers by tag; refuses --tag values no plugin handles."""
-    handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
+    handlers = collect_handlers(manager or plugin_manager(options.plugins), options.handler_config)
     missing = [tag for tag in options.tags if tag not in handlers]
     if missing:
         raise SubsError(f"no handler for tag(s) {', '.join(missing)}; `subs handlers` lists the known ones")
@@ -41,11 +42,16 @@ def load_handlers(options: ListenOptions) -> dict[str, Handler]:
 
 
 def check(options: ListenOptions) -> None:
-    """Everything that can be wrong before a worker starts, read-only."""
-    load_handlers(options)
+    """Everything that can be wrong before a worker starts, read-only: the
+    plugins, the database, then what the plugins check by trying
+    (``listener_startup``) for the tags this listener serves."""
+    manager = plugin_manager(options.plugins)
+    load_handlers(options, manager)
     with Database(options.settings) as db:
         require_current(db)
         refuse_mixed_modes(db, options)
+    served = {tag: table for tag, table in options.handler_config.items() if not options.tags or tag in options.tags}
+    manager.hook.listener_startup(config=served)
 
 
 def check_main() -> None:

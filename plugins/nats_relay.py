@@ -1,0 +1,322 @@
+"""Tag ``nats``: relays each event to a NATS JetStream stream.
+
+Settings (``[handlers.nats]`` in subs.toml, or ``SUBS__NATS__<KEY>``):
+
+``url`` (required)
+    ``nats://host:4222``, or a list of servers of one cluster.
+``user`` and ``password``, or ``token``, or ``creds`` (a credentials file)
+    How to log in, if the server asks. Never logged or shown.
+``subject``
+    A format string over the event's fields (id, table, action, tag, pk, old,
+    new, attempt, created_at, subscription_id, database_id); default
+    ``"subs.{table}.{action}"``. In each field's text the characters a
+    subject token cannot hold (``.``, ``*``, ``>``, spaces, control
+    characters) become ``_``.
+``timeout``
+    Seconds to wait for JetStream's acknowledgements of one batch, and to
+    connect (default 10).
+
+The message is ``Event.to_json()`` with the headers ``Nats-Msg-Id`` (the
+event's idempotency key: the database's id and the event id, the same on
+every redelivery, so JetStream drops a redelivery inside its duplicate
+window), ``Subs-Event-Id``, ``Subs-Table``, ``Subs-Action`` and
+``Subs-Attempt``. An event is delivered only when JetStream acknowledges it
+(PubAck); no acknowledgement in time, no stream for the subject, or a lost
+connection is a failed attempt with that reason. The events of a claim are
+published together and their acknowledgements awaited together (a batch
+handler), over one connection per listener process that reconnects by
+itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+
+from subscriptions import hookimpl
+from subscriptions.config import positive_setting, tables_using
+from subscriptions.errors import SubsError
+from subscriptions.events import Event
+
+log = logging.getLogger("subs.nats")
+T = TypeVar("T")
+
+DEFAULT_SUBJECT = "subs.{table}.{action}"
+DEFAULT_TIMEOUT = 10.0
+_NOT_IN_TOKEN = re.compile(r"[.*>\s\x00-\x1f\x7f]")
+_LOGIN_KEYS = ("user", "password", "token", "creds")
+_FIELDS = (
+    "id",
+    "table",
+    "action",
+    "tag",
+    "pk",
+    "old",
+    "new",
+    "attempt",
+    "created_at",
+    "subscription_id",
+    "database_id",
+)
+
+
+class RelayError(Exception):
+    """Why an event was not relayed (the attempt's error)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    servers: tuple[str, ...]
+    subject: str
+    timeout: float
+    login: tuple[tuple[str, str], ...]
+
+    @property
+    def shown(self) -> str:
+        """The servers without any credentials in their URLs."""
+        return ", ".join(re.sub(r"//[^/@]*@", "//", server) for server in self.servers)
+
+
+def _settings(tag: str, table: Mapping[str, Any]) -> Settings:
+    url = table.get("url")
+    servers = [url] if isinstance(url, str) else list(url or [])
+    servers = [str(server).strip() for server in servers if str(server).strip()]
+    if not servers:
+        raise SubsError(
+            f'handler {tag!r} has no url: set [handlers.{tag}] url = "nats://host:4222" in subs.toml '
+            f"or the environment variable SUBS__{tag.upper()}__URL"
+        )
+    for server in servers:
+        if not re.match(r"^(nats|tls)://", server):
+            raise SubsError(f"[handlers.{tag}] url must start with nats:// or tls://")
+    login = {key: str(table[key]) for key in _LOGIN_KEYS if table.get(key)}
+    if "password" in login and "user" not in login:
+        raise SubsError(f"[handlers.{tag}] has a password but no user")
+    if "token" in login and "user" in login:
+        raise SubsError(f"[handlers.{tag}] sets both user and token; use one way to log in")
+    subject = str(table.get("subject", DEFAULT_SUBJECT))
+    try:
+        subject.format(**{name: "x" for name in _FIELDS})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise SubsError(
+            f"[handlers.{tag}] subject {subject!r} is not a valid template ({exc}); fields: {', '.join(_FIELDS)}"
+        ) from None
+    timeout = positive_setting(tag, table, "timeout", DEFAULT_TIMEOUT)
+    return Settings(tuple(servers), subject, timeout, tuple(sorted(login.items())))
+
+
+def subject_for(event: Event, template: str) -> str:
+    """The event's subject: ``template`` over its fields, each made a valid
+    part of a subject (an empty one becomes ``_``)."""
+    fields = event.as_dict()
+    tokens = {name: _NOT_IN_TOKEN.sub("_", _text(fields[name])) or "_" for name in _FIELDS}
+    return template.format(**tokens)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, dict):
+        return ",".join(str(item) for item in value.values())
+    return "" if value is None else str(value)
+
+
+def headers_for(event: Event) -> dict[str, str]:
+    return {
+        "Nats-Msg-Id": event.idempotency_key,
+        "Subs-Event-Id": str(event.id),
+        "Subs-Table": event.table,
+        "Subs-Action": event.action,
+        "Subs-Attempt": str(event.attempt),
+    }
+
+
+class _Loop:
+    """One asyncio loop per process, on a thread of its own: the handler
+    thread is not async, and the connection must outlive each batch."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="nats", daemon=True).start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+
+async def _connect(settings: Settings, tag: str, *, reconnect: bool) -> Client:
+    """A connection, or an error within ``timeout``. Only our own callbacks
+    report its troubles (nats-py's defaults print tracebacks), and an outage
+    is logged once, not at every reconnection attempt. Without ``reconnect``
+    (a start-up check) the caller reports what went wrong."""
+    quiet = threading.Event()
+    if not reconnect:
+        quiet.set()
+
+    async def on_error(exc: Exception) -> None:
+        if not quiet.is_set():
+            quiet.set()
+            log.warning("%s: NATS at %s: %s", tag, settings.shown, exc)
+
+    async def on_disconnected() -> None:
+        if reconnect:
+            log.warning("%s: disconnected from NATS at %s; reconnecting", tag, settings.shown)
+
+    async def on_reconnected() -> None:
+        quiet.clear()
+        log.info("%s: reconnected to NATS at %s", tag, settings.shown)
+
+    login: dict[str, Any] = dict(settings.login)
+    if "creds" in login:
+        login["user_credentials"] = login.pop("creds")
+    client = Client()
+    connecting = client.connect(
+        list(settings.servers),
+        name="subs",
+        connect_timeout=math.ceil(settings.timeout),
+        allow_reconnect=reconnect,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+        **login,
+    )
+    try:
+        await asyncio.wait_for(connecting, settings.timeout)
+    except BaseException:
+        await client.close()
+        raise
+    if reconnect:
+        quiet.clear()
+    return client
+
+
+def _reason(exc: BaseException, subject: str) -> str:
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return f"no JetStream stream takes subject {subject}"
+    if isinstance(exc, nats.js.errors.APIError):
+        return f"JetStream refused the message: {exc.description or exc}"
+    if isinstance(exc, (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)):
+        return "the connection to NATS was lost"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Relay:
+    """Publishes batches of events for one tag over one connection."""
+
+    def __init__(self, tag: str, settings: Settings, loop: _Loop) -> None:
+        self.tag = tag
+        self.settings = settings
+        self.loop = loop
+        self.client: Client | None = None
+
+    def publish(self, events: list[Event]) -> list[BaseException | None]:
+        """Publish ``events`` and wait for their acknowledgements: one error
+        (or None when acknowledged) per event."""
+        # The coroutine bounds its own wait; this one only guards the thread.
+        return self.loop.run(self._publish(events), timeout=3 * self.settings.timeout + 5)
+
+    async def _client(self) -> Client:
+        if self.client is None or self.client.is_closed:
+            try:
+                self.client = await _connect(self.settings, self.tag, reconnect=True)
+            except Exception as exc:
+                raise RelayError(f"cannot connect to NATS at {self.settings.shown}: {exc}") from None
+        return self.client
+
+    async def _publish(self, events: list[Event]) -> list[BaseException | None]:
+        try:
+            jetstream = (await self._client()).jetstream()
+        except RelayError as exc:
+            return [exc] * len(events)
+        subjects = [subject_for(event, self.settings.subject) for event in events]
+        pending: list[asyncio.Future[Any] | BaseException] = []
+        for event, subject in zip(events, subjects):
+            try:
+                payload = event.to_json().encode("utf-8")
+                pending.append(
+                    await jetstream.publish_async(
+                        subject, payload, headers=headers_for(event), wait_stall=self.settings.timeout
+                    )
+                )
+            except Exception as exc:
+                pending.append(exc)
+        futures = [future for future in pending if isinstance(future, asyncio.Future)]
+        if futures:
+            await asyncio.wait(futures, timeout=self.settings.timeout)
+        results: list[BaseException | None] = []
+        for outcome, subject in zip(pending, subjects):
+            if isinstance(outcome, BaseException):
+                results.append(RelayError(f"nats {subject}: {_reason(outcome, subject)}"))
+            elif not outcome.done():
+                outcome.cancel()
+                results.append(
+                    RelayError(f"nats {subject}: no acknowledgement from JetStream within {self.settings.timeout:g} s")
+                )
+            elif outcome.exception() is not None:
+                results.append(RelayError(f"nats {subject}: {_reason(outcome.exception(), subject)}"))  # type: ignore[arg-type]
+            else:
+                results.append(None)
+        return results
+
+
+def check_login(tag: str, settings: Settings) -> None:
+    """Refuse credentials the server refuses; an unreachable server is only a
+    warning (its events fail and are retried until it is back)."""
+
+    async def attempt() -> None:
+        client = await _connect(settings, tag, reconnect=False)
+        await client.close()
+
+    try:
+        asyncio.run(attempt())
+    except nats.errors.Error as exc:
+        if "authorization" in str(exc).lower() or "authentication" in str(exc).lower():
+            raise SubsError(
+                f"NATS at {settings.shown} refused the login of [handlers.{tag}]: {exc}; check user/password, "
+                "token or creds"
+            ) from None
+        log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, exc)
+    except OSError as exc:
+        log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, exc)
+
+
+_relays: dict[tuple[str, Settings], Relay] = {}
+_loop: list[_Loop] = []
+
+
+def relay_for(tag: str, table: Mapping[str, Any]) -> Relay:
+    """This process's relay (and connection) for ``tag`` and its settings,
+    made on first use."""
+    settings = _settings(tag, table)
+    if (tag, settings) not in _relays:
+        if not _loop:
+            _loop.append(_Loop())
+        _relays[(tag, settings)] = Relay(tag, settings, _loop[0])
+    return _relays[(tag, settings)]
+
+
+def relay(events: list[Event], config: Mapping[str, Mapping[str, Any]]) -> Sequence[BaseException | None]:
+    """The batch handler: a claim's events of one tag."""
+    return relay_for(events[0].tag, config.get(events[0].tag, {})).publish(events)
+
+
+@hookimpl
+def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, table in tables_using("nats", config).items():
+        _settings(tag, table)  # a missing url is a start-up error, not a retried failure
+    register("nats", lambda events: relay(events, config), batch=True)
+
+
+@hookimpl
+def listener_startup(config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, table in tables_using("nats", config).items():
+        check_login(tag, _settings(tag, table))

@@ -1,0 +1,98 @@
+"""A real NATS server with JetStream (Debian's ``nats-server``) on a free
+port of 127.0.0.1, its store in a temporary directory, for the relay tests.
+It can be killed and started again on the same port and store."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+HOST = "127.0.0.1"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+class NatsServer:
+    def __init__(self, directory: Path, *, user: str | None = None, password: str | None = None) -> None:
+        executable = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        if not Path(executable).exists():
+            raise RuntimeError("nats-server is not installed; run ./dev.sh test")
+        self.executable = executable
+        self.directory = directory
+        self.port = _free_port()
+        self.user, self.password = user, password
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = directory / "nats-server.log"
+        config = f'port: {self.port}\nhost: "{HOST}"\njetstream {{ store_dir: "{directory / "store"}" }}\n'
+        if user:
+            config += f'authorization {{ user: "{user}", password: "{password}" }}\n'
+        self.config = directory / "nats.conf"
+        self.config.write_text(config)
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"nats://{HOST}:{self.port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([self.executable, "-c", str(self.config)], stdout=log, stderr=log)
+        deadline = time.monotonic() + 20
+        while not self._listening():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server did not start: {self.log.read_text()[-1000:]}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def _listening(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(0.2)
+            return sock.connect_ex((HOST, self.port)) == 0
+
+    def jetstream(self, call: str, *args: Any, **kwargs: Any) -> Any:
+        """Run one JetStream management call (``add_stream``, ...) on a
+        connection of its own."""
+
+        async def run() -> Any:
+            client = await nats.connect(self.url, user=self.user, password=self.password)
+            try:
+                return await getattr(client.jetstream(), call)(*args, **kwargs)
+            finally:
+                await client.close()
+
+        return asyncio.run(run())
+
+    def messages(self, stream: str) -> list[Any]:
+        """Every message in ``stream``, in stream order."""
+
+        async def run() -> list[Any]:
+            client = await nats.connect(self.url, user=self.user, password=self.password)
+            try:
+                jetstream = client.jetstream()
+                info = await jetstream.stream_info(stream)
+                if not info.state.messages:
+                    return []
+                return [
+                    await jetstream.get_msg(stream, sequence)
+                    for sequence in range(info.state.first_seq, info.state.last_seq + 1)
+                ]
+            finally:
+                await client.close()
+
+        return asyncio.run(run())

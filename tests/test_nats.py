@@ -1,0 +1,214 @@
+"""The nats relay against a real nats-server with JetStream: what it
+publishes, its failures, and whole listeners relaying through kills of the
+listener and of the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.js.api import StreamConfig
+
+from subscriptions.db.connection import Database
+from subscriptions.errors import SubsError
+from subscriptions.testing import deliver, load_handlers, make_event
+
+from conftest import Subs, assert_one_line_error, execute, wait_until
+from listening import Listener, remaining
+from natsserver import NatsServer
+
+STREAM = "SUBS"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[NatsServer]:
+    nats_server = NatsServer(tmp_path)
+    yield nats_server
+    nats_server.kill()
+
+
+@pytest.fixture
+def stream(server: NatsServer) -> NatsServer:
+    server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+    return server
+
+
+def relay(url: str, **settings: Any):
+    return load_handlers(config={"nats": {"url": url, "timeout": 2, **settings}})["nats"]
+
+
+def test_relay_publishes_the_event_with_its_headers(stream: NatsServer) -> None:
+    event = make_event("nats", table="ORDERS", action="U", id=42, attempt=2, new={"ID": 42, "NOTE": "ü<b>"})
+    event.database_id = "db-1"
+    deliver(relay(stream.url), event)
+    (message,) = stream.messages(STREAM)
+    assert message.subject == "subs.ORDERS.U"
+    assert json.loads(message.data) == json.loads(event.to_json())
+    assert message.headers == {
+        "Nats-Msg-Id": "db-1:42",
+        "Subs-Event-Id": "42",
+        "Subs-Table": "ORDERS",
+        "Subs-Action": "U",
+        "Subs-Attempt": "2",
+    }
+
+
+def test_a_redelivery_is_dropped_by_jetstream(stream: NatsServer) -> None:
+    handler = relay(stream.url)
+    for attempt in (1, 2, 3):
+        deliver(handler, make_event("nats", id=7, attempt=attempt))
+    assert len(stream.messages(STREAM)) == 1
+
+
+def test_subject_template_fields_become_safe_tokens(stream: NatsServer) -> None:
+    handler = relay(stream.url, subject="subs.{tag}.{table}.{pk}")
+    deliver(handler, make_event("nats", table="ORDER ITEMS.*>", pk={"ID": 5, "LINE": "a.b"}))
+    (message,) = stream.messages(STREAM)
+    assert message.subject == "subs.nats.ORDER_ITEMS___.5,a_b"
+
+
+def test_without_a_stream_attempts_fail_until_one_is_made(server: NatsServer) -> None:
+    handler = relay(server.url)
+    with pytest.raises(Exception, match="no JetStream stream takes subject subs.T.I"):
+        deliver(handler, make_event("nats"))
+    server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+    deliver(handler, make_event("nats"))
+    assert len(server.messages(STREAM)) == 1
+
+
+def test_a_batch_is_published_together_and_judged_per_event(stream: NatsServer) -> None:
+    handler = relay(stream.url, subject="{table}.{action}")
+    stream.jetstream("add_stream", StreamConfig(name="OTHER", subjects=["KEPT.*"]))
+    events = [make_event("nats", id=n, table="KEPT" if n % 2 else "LOST") for n in range(1, 201)]
+    errors = handler.function(events)
+    assert [error is None for error in errors] == [n % 2 == 1 for n in range(1, 201)]
+    assert "no JetStream stream takes subject LOST.I" in str(errors[1])
+    assert [int(m.headers["Subs-Event-Id"]) for m in stream.messages("OTHER")] == list(range(1, 201, 2))
+
+
+def test_an_unreachable_server_is_a_failed_attempt(server: NatsServer) -> None:
+    server.kill()
+    with pytest.raises(Exception, match=f"cannot connect to NATS at {server.url}"):
+        deliver(relay(server.url), make_event("nats"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({}, "has no url"),
+        ({"url": "http://x"}, "must start with nats://"),
+        ({"url": "nats://x", "password": "p"}, "password but no user"),
+        ({"url": "nats://x", "user": "u", "token": "t"}, "both user and token"),
+        ({"url": "nats://x", "subject": "subs.{nope}"}, "not a valid template"),
+        ({"url": "nats://x", "timeout": "0"}, "timeout must be a positive number"),
+    ],
+)
+def test_settings_are_checked_when_loading(settings: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(SubsError, match=fragment):
+        load_handlers(config={"nats": settings})
+
+
+# --- whole listeners ------------------------------------------------------------
+
+
+def nats_env(server: NatsServer, **settings: str) -> dict[str, str]:
+    env = {"SUBS__NATS__URL": server.url, "SUBS__NATS__TIMEOUT": "2"}
+    env.update({f"SUBS__NATS__{key.upper()}": value for key, value in settings.items()})
+    return env
+
+
+def test_bad_credentials_refuse_to_start_in_one_line(tmp_path: Path, subs: Subs) -> None:
+    server = NatsServer(tmp_path, user="relay", password="right-one")
+    try:
+        result = subs("listen", "--drain", "--tag", "nats", env=nats_env(server, user="relay", password="wrong-one"))
+        message = assert_one_line_error(result, "refused the login of [handlers.nats]")
+        assert "wrong-one" not in message and "right-one" not in message
+        good = subs("listen", "--drain", "--tag", "nats", env=nats_env(server, user="relay", password="right-one"))
+        assert good.exit_code == 0, good.output + good.stderr
+    finally:
+        server.kill()
+
+
+def orders(settings, subs: Subs) -> None:
+    execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, STATUS VARCHAR(20))")
+    subs.ok("add", "orders", "IU", "nats")
+
+
+class Producer(threading.Thread):
+    """Inserts orders and updates some of them, in small transactions; counts
+    the changes it committed (each one event)."""
+
+    def __init__(self, settings, count: int) -> None:
+        super().__init__(daemon=True)
+        self.settings, self.count, self.changes = settings, count, 0
+
+    def run(self) -> None:
+        with Database(self.settings) as db:
+            for first in range(1, self.count + 1, 10):
+                with db.transaction() as cursor:
+                    for key in range(first, first + 10):
+                        cursor.execute("INSERT INTO ORDERS VALUES (?, 'new')", (key,))
+                    cursor.execute("UPDATE ORDERS SET STATUS = 'paid' WHERE ID = ?", (first,))
+                self.changes += 11
+                time.sleep(0.01)
+
+
+def assert_each_event_once(server: NatsServer, changes: int) -> None:
+    messages = server.messages(STREAM)
+    ids = Counter(m.headers["Nats-Msg-Id"] for m in messages)
+    assert [key for key, seen in ids.items() if seen > 1] == []
+    assert len(messages) == changes
+    keys = Counter((json.loads(m.data)["pk"]["ID"], m.headers["Subs-Action"]) for m in messages)
+    assert all(seen == 1 for seen in keys.values())
+
+
+def test_the_stream_gets_every_event_once_through_listener_and_server_kills(
+    settings, subs: Subs, tmp_path: Path, stream: NatsServer, monkeypatch, listeners
+) -> None:
+    orders(settings, subs)
+    for name, value in nats_env(stream).items():
+        monkeypatch.setenv(name, value)
+    producer = Producer(settings, 600)
+    producer.start()
+    first = Listener(settings, tmp_path, "--tag", "nats", "--mode", "parallel", "--workers", "2", "--lease", "3")
+    listeners.append(first)
+    wait_until(lambda: len(stream.messages(STREAM)) > 100, what="the first messages")
+    os.killpg(first.process.pid, signal.SIGKILL)
+    first.process.wait(10)
+    second = Listener(settings, tmp_path, "--tag", "nats", "--mode", "parallel", "--workers", "2", "--lease", "3")
+    listeners.append(second)
+    wait_until(lambda: len(stream.messages(STREAM)) > 300, what="messages after the listener's restart")
+    stream.kill()
+    time.sleep(1.5)  # the listener's publishes fail meanwhile
+    stream.start()
+    producer.join(120)
+    wait_until(lambda: remaining(settings) == 0, timeout=90, what="an empty EVENT_LOG")
+    assert_each_event_once(stream, producer.changes)
+    assert "disconnected from NATS" in second.output()
+    assert "Traceback" not in second.output()
+
+
+def test_two_listeners_relay_to_one_stream_each_event_once(
+    settings, subs: Subs, tmp_path: Path, stream: NatsServer, monkeypatch, listeners
+) -> None:
+    orders(settings, subs)
+    for name, value in nats_env(stream).items():
+        monkeypatch.setenv(name, value)
+    for host in ("a", "b"):
+        directory = tmp_path / host
+        directory.mkdir()
+        listeners.append(Listener(settings, directory, "--tag", "nats", "--mode", "parallel", "--workers", "2"))
+    producer = Producer(settings, 500)
+    producer.run()
+    wait_until(lambda: remaining(settings) == 0, timeout=90, what="an empty EVENT_LOG")
+    assert_each_event_once(stream, producer.changes)
+    senders = {int(m.headers["Subs-Event-Id"]) for m in stream.messages(STREAM)}
+    assert len(senders) == producer.changes
