@@ -476,9 +476,9 @@ GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
 -- takes (CHUNK, then the last key done, column by column in key order) and
 -- reads on from there through the primary key's index. Each returns the
 -- rows read, the events logged (the subscription's --when applies) and the
--- captured key of the last row read. The row is captured as the insert
--- subscription's trigger would (its INSERT_KEY and INSERT_ROW), over a
--- cursor named NEW.
+-- captured key of the last row read. COUNT_ROWS counts the rows to do.
+-- A row is captured as the insert subscription's trigger would capture it
+-- (INSERT_KEY and INSERT_ROW), over a cursor named NEW.
 CREATE OR ALTER PROCEDURE EVENT_BACKFILL_SOURCE (
     SUB_ID INTEGER,
     WHERE_CONDITION VARCHAR(4000) CHARACTER SET UTF8
@@ -486,6 +486,7 @@ CREATE OR ALTER PROCEDURE EVENT_BACKFILL_SOURCE (
 RETURNS (
     FIRST_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
     NEXT_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    COUNT_ROWS BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
     REASON VARCHAR(40) CHARACTER SET UTF8
 )
 AS
@@ -577,6 +578,8 @@ BEGIN
         || '        POST_EVENT ''subs:' || tag || ''';' || nl
         || '    SUSPEND;' || nl
         || 'END';
+    COUNT_ROWS = 'SELECT COUNT(*) FROM ' || quoted_table
+        || ' WHERE ' || COALESCE('(' || WHERE_CONDITION || ')', 'TRUE');
     FIRST_CHUNK = head || REPLACE(tail, '{after}', '');
     NEXT_CHUNK = head || parameters || REPLACE(tail, '{after}', nl || '          AND ' || after_key || closing);
     SUSPEND;

@@ -72,15 +72,16 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def check_condition(condition: str) -> str:
-    """Refuse a ``--when`` text that could end the trigger's IF condition early:
-    statement separators, comments, unbalanced parentheses or quotes."""
+def check_condition(condition: str, option: str = "--when", over: str = "NEW/OLD") -> str:
+    """Refuse a condition (``--when``, ``--where``) that could end the
+    generated statement's condition early: statement separators, comments,
+    unbalanced parentheses or quotes."""
     depth = 0
     index = 0
     length = len(condition)
 
     def refuse(reason: str) -> SubsError:
-        return SubsError(f"--when condition refused: {reason}; give one SQL condition on NEW/OLD")
+        return SubsError(f"{option} condition refused: {reason}; give one SQL condition on {over}")
 
     if not condition.strip():
         raise refuse("it is empty")

@@ -133,4 +133,4 @@ def main() -> None:
     cli(prog_name="subs")
 
 
-from . import listen, manage, monitor  # noqa: E402,F401  (commands register themselves)
+from . import backfill, listen, manage, monitor  # noqa: E402,F401  (commands register themselves)

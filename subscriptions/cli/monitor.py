@@ -30,7 +30,19 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
         return
-    headers = ("ID", "TABLE", "ACTION", "TAG", "PENDING", "IN FLIGHT", "FAILED", "DEAD", "OLDEST PENDING", "CAPTURE")
+    headers = (
+        "ID",
+        "TABLE",
+        "ACTION",
+        "TAG",
+        "PENDING",
+        "IN FLIGHT",
+        "FAILED",
+        "DEAD",
+        "OLDEST PENDING",
+        "CAPTURE",
+        "BACKFILL",
+    )
     click.echo(
         render(
             headers,
@@ -46,6 +58,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
                     r.dead,
                     _age(r.oldest_pending_age),
                     r.capture if r.active else "-",
+                    r.backfill.describe() if r.backfill else "-",
                 )
                 for r in rows
             ],

@@ -16,6 +16,25 @@ from subscriptions.schema.version import require_current
 
 
 @dataclass(frozen=True)
+class BackfillStatus:
+    """The latest `subs backfill` run of an insert subscription."""
+
+    rows_done: int
+    rows_total: int
+    events: int
+    finished: bool
+    seconds_since_update: float
+
+    def describe(self) -> str:
+        if self.finished:
+            return f"done {self.rows_done:,} rows"
+        share = 100.0 * self.rows_done / self.rows_total if self.rows_total else 100.0
+        return (
+            f"{self.rows_done:,}/{self.rows_total:,} rows ({share:.0f}%), updated {self.seconds_since_update:.0f}s ago"
+        )
+
+
+@dataclass(frozen=True)
 class SubscriptionStatus:
     sub_id: int
     table: str
@@ -28,6 +47,7 @@ class SubscriptionStatus:
     dead: int
     oldest_pending_age: float | None  # seconds
     capture: str  # drift.OK, what is wrong with the table's capture, or "removed"
+    backfill: BackfillStatus | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -58,6 +78,11 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             cursor.execute(sql.load("status")["status"])
             rows = cursor.fetchall()
             states = capture_states(cursor, {row[1] for row in rows if row[4]})
+            cursor.execute(sql.load("status")["backfills"])
+            backfills = {
+                sub_id: BackfillStatus(int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000)
+                for sub_id, done, total, events, finished, age in cursor.fetchall()
+            }
     return [
         SubscriptionStatus(
             sub_id=sub_id,
@@ -71,6 +96,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             dead=int(dead or 0),
             oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
             capture=states[table] if active else "removed",
+            backfill=backfills.get(sub_id),
         )
         for sub_id, table, action, tag, active, pending, in_flight, failed, dead, oldest_ms in rows
     ]

@@ -1,0 +1,29 @@
+-- `subs backfill`: delivering a table's existing rows to the subscribers
+-- of one (table, tag) as insert events, chunk by chunk (ops/backfill.py).
+-- The chunk statements come from the generator, EVENT_BACKFILL_SOURCE
+-- (capture.sql); EVENT_BACKFILL keeps where a run stands.
+
+-- name: insert_subscription
+SELECT SUB_ID, ACTION FROM EVENT_SUBSCRIBER
+WHERE TABLE_NAME = ? AND TAG = ? AND ACTIVE;
+
+-- name: source
+SELECT FIRST_CHUNK, NEXT_CHUNK, COUNT_ROWS, REASON FROM EVENT_BACKFILL_SOURCE(?, ?);
+
+-- name: state
+SELECT WHERE_CONDITION, LAST_KEY, ROWS_DONE, EVENTS, ROWS_TOTAL, FINISHED_AT
+FROM EVENT_BACKFILL WHERE SUB_ID = ?;
+
+-- name: start
+UPDATE OR INSERT INTO EVENT_BACKFILL
+    (SUB_ID, WHERE_CONDITION, LAST_KEY, ROWS_DONE, EVENTS, ROWS_TOTAL, STARTED_AT, UPDATED_AT, FINISHED_AT)
+VALUES (?, ?, NULL, 0, 0, ?, LOCALTIMESTAMP, LOCALTIMESTAMP, NULL)
+MATCHING (SUB_ID);
+
+-- name: chunk_done
+UPDATE EVENT_BACKFILL
+SET LAST_KEY = ?, ROWS_DONE = ROWS_DONE + ?, EVENTS = EVENTS + ?, UPDATED_AT = LOCALTIMESTAMP
+WHERE SUB_ID = ?;
+
+-- name: finish
+UPDATE EVENT_BACKFILL SET FINISHED_AT = LOCALTIMESTAMP, UPDATED_AT = LOCALTIMESTAMP WHERE SUB_ID = ?;

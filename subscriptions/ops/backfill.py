@@ -1,0 +1,213 @@
+"""Delivering the rows already in a table (`subs backfill TABLE TAG`).
+
+Each existing row becomes one insert event (``old`` None, ``new`` the row)
+of the table's insert subscription for the tag, logged exactly as its
+trigger logs an insert. The rows are read in primary-key order, a chunk per
+short transaction; each chunk locks the rows it reads, so an application
+write to one of them waits for the chunk's commit and its own event comes
+after the snapshot: the last event of every row carries its current state.
+EVENT_BACKFILL records after each chunk where the run stands, in the
+chunk's transaction, so a killed run goes on from there.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from firebird.driver import Cursor, DatabaseError, Isolation, Statement, tpb
+
+from subscriptions.capture.metadata import Table, load_table
+from subscriptions.capture.names import check_condition, check_tag
+from subscriptions.capture.values import decode
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, read_text
+from subscriptions.db.errors import first_line, is_conflict
+from subscriptions.db.retry import Backoff, retrying
+from subscriptions.errors import SubsError
+
+# Seconds a chunk waits for a writer that holds one of its rows.
+LOCK_TIMEOUT = 10
+CONFLICT_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands after a chunk: ``rows_done`` of ``rows_total``
+    (counted when the backfill started; rows inserted since are done too)."""
+
+    table: str
+    tag: str
+    rows_done: int
+    rows_total: int
+    events: int
+    rows_this_run: int
+    seconds: float
+    finished: bool
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    sub_id: int
+    table: Table
+    first_chunk: str
+    next_chunk: str
+    last_key: bytes | None
+    rows_done: int
+    events: int
+    rows_total: int
+    resumed: bool
+
+
+@functools.cache
+def chunk_tpb() -> bytes:
+    """READ COMMITTED, waiting a while for a row a writer holds."""
+    return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=LOCK_TIMEOUT))
+
+
+def backfill(
+    db: Database,
+    table_typed: str,
+    tag: str,
+    *,
+    where: str | None = None,
+    chunk: int = 1000,
+    restart: bool = False,
+    progress: Callable[[Progress], None] = lambda _: None,
+) -> Progress:
+    """Deliver ``table_typed``'s rows (those ``where`` selects) to its
+    insert subscription for ``tag``; resumes an unfinished run of the same
+    ``where`` unless ``restart``. Calls ``progress`` after every chunk."""
+    check_tag(tag)
+    condition = check_condition(where, "--where", "the table's columns") if where is not None else None
+    plan = _plan(db, table_typed, tag, condition, restart)
+    started = time.monotonic()
+    state = Progress(plan.table.name, tag, plan.rows_done, plan.rows_total, plan.events, 0, 0.0, False, plan.resumed)
+    last_key = plan.last_key
+    with db.transaction() as cursor:  # prepared once, used in every chunk's transaction
+        first, following = cursor.prepare(plan.first_chunk), cursor.prepare(plan.next_chunk)
+    try:
+        while not state.finished:
+            statement, parameters = (
+                (first, [chunk]) if last_key is None else (following, [chunk, *_key(plan, last_key)])
+            )
+            rows, events, key = _run_chunk(db, plan.sub_id, statement, parameters, chunk)
+            last_key = key if key is not None else last_key
+            state = Progress(
+                plan.table.name,
+                tag,
+                state.rows_done + rows,
+                max(plan.rows_total, state.rows_done + rows),
+                state.events + events,
+                state.rows_this_run + rows,
+                time.monotonic() - started,
+                rows < chunk,
+                plan.resumed,
+            )
+            progress(state)
+    finally:
+        first.free()
+        following.free()
+    return state
+
+
+def _run_chunk(
+    db: Database, sub_id: int, statement: Statement, parameters: list[Any], chunk: int
+) -> tuple[int, int, bytes | None]:
+    """One chunk and its bookkeeping in one transaction, tried again from
+    scratch when it meets a conflict."""
+    statements = sql.load("backfill")
+
+    def once() -> tuple[int, int, bytes | None]:
+        with db.transaction(chunk_tpb()) as cursor:
+            cursor.execute(statement, parameters)
+            rows, events, key = cursor.fetchone()
+            if rows:
+                cursor.execute(statements["chunk_done"], (key, rows, events, sub_id))
+            if rows < chunk:
+                cursor.execute(statements["finish"], (sub_id,))
+            return int(rows), int(events), key
+
+    return retrying(
+        once,
+        attempts=CONFLICT_ATTEMPTS,
+        retry_on=lambda exc: isinstance(exc, DatabaseError) and is_conflict(exc),
+        sleep=time.sleep,
+        backoff=Backoff(0.1, 2.0),
+    )
+
+
+def _key(plan: _Plan, last_key: bytes) -> list[Any]:
+    """The last row done's key values, in the order of the key's columns."""
+    values = decode(last_key) or {}
+    return [values[name] for name in plan.table.primary_key]
+
+
+def _plan(db: Database, table_typed: str, tag: str, condition: str | None, restart: bool) -> _Plan:
+    """Check everything and record the start (or find the run to resume), in
+    one transaction: any error leaves the database as it was."""
+    statements = sql.load("backfill")
+
+    def work(cursor: Cursor) -> _Plan:
+        table = load_table(cursor, table_typed)
+        sub_id = _insert_subscription(cursor, table.name, tag)
+        cursor.execute(statements["state"], (sub_id,))
+        state = cursor.fetchone()
+        resume = state is not None and state[5] is None and not restart
+        if resume and read_text(state[0]) != condition:
+            shown = f"--where {read_text(state[0])!r}" if state[0] is not None else "no --where"
+            raise SubsError(
+                f"an unfinished backfill of {table.name} for {tag} has {shown}: run it again with that to "
+                "go on, or add --restart to start over"
+            )
+        cursor.execute(statements["source"], (sub_id, condition))
+        first_chunk, next_chunk, count_rows, reason = cursor.fetchone()
+        if reason is not None:
+            raise SubsError(f"cannot backfill {table.name}: {reason}")
+        try:
+            cursor.prepare(read_text(first_chunk)).free()
+            cursor.execute(read_text(count_rows))
+            (rows_total,) = cursor.fetchone()
+        except DatabaseError as exc:
+            if is_conflict(exc):
+                raise
+            raise SubsError(f"--where rejected by the database: {first_line(exc)}") from None
+        if resume:
+            _, last_key, rows_done, events, recorded_total, _ = state
+            return _Plan(
+                sub_id,
+                table,
+                read_text(first_chunk) or "",
+                read_text(next_chunk) or "",
+                last_key,
+                rows_done,
+                events,
+                int(recorded_total or rows_total),
+                True,
+            )
+        cursor.execute(statements["start"], (sub_id, condition, rows_total))
+        return _Plan(
+            sub_id, table, read_text(first_chunk) or "", read_text(next_chunk) or "", None, 0, 0, int(rows_total), False
+        )
+
+    return db.run(work)
+
+
+def _insert_subscription(cursor: Cursor, table: str, tag: str) -> int:
+    cursor.execute(sql.load("backfill")["insert_subscription"], (table, tag))
+    rows = cursor.fetchall()
+    if not rows:
+        raise SubsError(
+            f"{table} has no subscription for tag {tag}; `subs add {table} I {tag}` first (`subs list` shows them)"
+        )
+    inserts = [sub_id for sub_id, action in rows if action == "I"]
+    if not inserts:
+        raise SubsError(
+            f"backfill delivers rows as insert events, and {table} has no insert subscription for {tag} "
+            f"(only {''.join(sorted(action for _, action in rows))}): `subs add {table} I {tag}` first"
+        )
+    return int(inserts[0])

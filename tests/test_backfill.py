@@ -1,0 +1,181 @@
+"""`subs backfill`: existing rows as insert events, in key order, in chunks,
+consistent with concurrent writers, resumable, and refusing bad input."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+
+import pytest
+
+from subscriptions.db.connection import Database, read_blob
+
+from conftest import Subs, assert_one_line_error, events, execute, query, state, wait_until
+
+ROWS = 2500
+TABLE = (
+    "CREATE TABLE LINES (ORDER_NO INTEGER NOT NULL, CODE VARCHAR(10) NOT NULL, "
+    "QTY NUMERIC(9,2), NOTE VARCHAR(30), PRIMARY KEY (ORDER_NO, CODE))"
+)
+
+
+def fill(settings, rows: int, table: str = "LINES") -> None:
+    with Database(settings) as db, db.transaction() as cursor:
+        for n in range(rows):
+            cursor.execute(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", (n // 3, f"c{n % 3}", n / 4, f"note {n}"))
+
+
+@pytest.fixture
+def lines(settings, subs: Subs):
+    execute(settings, TABLE)
+    fill(settings, ROWS)
+    subs.ok("add", "lines", "I", "rec")
+    return settings
+
+
+def test_every_row_becomes_an_insert_event_in_key_order(lines, subs: Subs) -> None:
+    result = subs("backfill", "lines", "rec", "--batch", "300")
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.startswith(f"backfilled LINES for rec: {ROWS:,} event(s) from {ROWS:,} row(s)")
+    progress = result.stderr.splitlines()
+    assert len(progress) == ROWS // 300 + 1 and progress[-1].startswith(f"backfill LINES rec: {ROWS:,}/{ROWS:,} rows")
+    logged = events(lines)
+    rows = query(lines, "SELECT ORDER_NO, CODE, QTY, NOTE FROM LINES ORDER BY ORDER_NO, CODE")
+    assert [(e["pk"]["ORDER_NO"], e["pk"]["CODE"]) for e in logged] == [row[:2] for row in rows]
+    assert all(e["action"] == "I" and e["old"] is None for e in logged)
+    assert [tuple(e["new"].values()) for e in logged] == [tuple(row) for row in rows]
+    assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG WHERE KEY_HASH <> HASH('LINES|rec|' || PK_ROW)") == [(0,)]
+
+
+def test_a_backfilled_row_is_logged_exactly_as_its_trigger_logs_it(lines, subs: Subs) -> None:
+    subs.ok("backfill", "lines", "rec")
+    execute(lines, "DELETE FROM LINES WHERE ORDER_NO = 5 AND CODE = 'c1'")
+    execute(lines, "INSERT INTO LINES VALUES (5, 'c1', 4, 'note 16')")
+    logged = query(
+        lines,
+        "SELECT PK_ROW, KEY_HASH, NEW_ROW, OLD_ROW FROM EVENT_LOG WHERE PK_ROW = "
+        "(SELECT FIRST 1 PK_ROW FROM EVENT_LOG ORDER BY EVENT_ID DESC) ORDER BY EVENT_ID",
+    )
+    snapshot, trigger = [(row[0], row[1], read_blob(row[2]), row[3]) for row in logged]
+    assert snapshot == trigger
+
+
+def test_where_and_the_subscriptions_when_select_rows(lines, subs: Subs) -> None:
+    subs.ok("remove", "lines", "I", "rec")
+    subs.ok("add", "lines", "I", "rec", "--when", "NEW.QTY >= 100")
+    subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 200")
+    logged = events(lines)
+    assert {(e["pk"]["ORDER_NO"], e["pk"]["CODE"]) for e in logged} == set(
+        query(lines, "SELECT ORDER_NO, CODE FROM LINES WHERE ORDER_NO < 200 AND QTY >= 100")
+    )
+    assert logged
+
+
+def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
+    fill_more = [(n // 3, f"c{n % 3}", 0, "") for n in range(ROWS, 12 * ROWS)]
+    with Database(lines) as db, db.transaction() as cursor:
+        cursor.executemany("INSERT INTO LINES VALUES (?, ?, ?, ?)", fill_more)
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+    env = {**os.environ, "ISC_USER": lines.effective_user, "ISC_PASSWORD": lines.password or ""}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "subscriptions", "-d", lines.dsn, "backfill", "lines", "rec", "--batch", "50"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_until(lambda: query(lines, "SELECT COALESCE(MAX(ROWS_DONE), 0) FROM EVENT_BACKFILL")[0][0] >= 2000)
+    run.send_signal(signal.SIGKILL)
+    run.wait(10)
+    done = query(lines, "SELECT ROWS_DONE FROM EVENT_BACKFILL")[0][0]
+    assert done < 12 * ROWS
+    assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG")[0][0] == done
+    result = subs("backfill", "lines", "rec", "--batch", "5000")
+    assert result.exit_code == 0, result.stderr
+    assert "(resumed)" in result.stdout and f"from {12 * ROWS:,} row(s)" in result.stdout
+    keys = Counter((e["pk"]["ORDER_NO"], e["pk"]["CODE"]) for e in events(lines))
+    assert len(keys) == 12 * ROWS and set(keys.values()) == {1}
+    again = subs.ok("backfill", "lines", "rec")
+    assert "(resumed)" not in again and len(events(lines)) == 2 * 12 * ROWS
+
+
+def test_with_writers_the_last_event_of_each_row_is_its_current_state(lines, subs: Subs) -> None:
+    subs.ok("add", "lines", "U", "rec")
+    stop = threading.Event()
+    writes = Counter[str]()
+
+    def write() -> None:
+        generator = random.Random(7)
+        with Database(lines) as db:
+            while not stop.is_set():
+                key = generator.randrange(ROWS)
+                try:
+                    with db.transaction() as cursor:
+                        cursor.execute(
+                            "UPDATE LINES SET NOTE = ? WHERE ORDER_NO = ? AND CODE = ?",
+                            (f"w{writes['done']}", key // 3, f"c{key % 3}"),
+                        )
+                    writes["done"] += 1
+                except Exception:
+                    writes["conflict"] += 1
+
+    writers = [threading.Thread(target=write) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    try:
+        subs.ok("backfill", "lines", "rec", "--batch", "100")
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert writes["done"] > 50
+    last = {}
+    for event in events(lines):
+        last[(event["pk"]["ORDER_NO"], event["pk"]["CODE"])] = event["new"]["NOTE"]
+    current = dict(((o, c), note) for o, c, note in query(lines, "SELECT ORDER_NO, CODE, NOTE FROM LINES"))
+    assert last == current
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragments"),
+    [
+        (("nosuch", "rec"), ("table 'nosuch' does not exist",)),
+        (("lines", "other"), ("LINES has no subscription for tag other", "subs add LINES I other")),
+        (("lines", "upd"), ("no insert subscription for upd (only U)",)),
+        (("lines", "rec", "--where", "NOPE > 1"), ("--where rejected by the database", "NOPE")),
+        (("lines", "rec", "--where", "1 = 1; DELETE FROM LINES"), ("--where condition refused", "';'")),
+        (("lines", "rec", "--where", "QTY > (1"), ("unbalanced '('",)),
+        (("lines", "bad tag!"), ("tag",)),
+    ],
+)
+def test_bad_input_is_one_line_and_changes_nothing(lines, subs: Subs, arguments, fragments) -> None:
+    subs.ok("add", "lines", "U", "upd")
+    before = state(lines), query(lines, "SELECT * FROM EVENT_BACKFILL")
+    assert_one_line_error(subs("backfill", *arguments), *fragments)
+    assert (state(lines), query(lines, "SELECT * FROM EVENT_BACKFILL")) == before
+
+
+def test_batch_must_be_positive(lines, subs: Subs) -> None:
+    assert_one_line_error(subs("backfill", "lines", "rec", "--batch", "0"), "--batch", exit_code=2)
+
+
+def test_an_unfinished_run_with_another_where_is_not_mixed_up(lines, subs: Subs) -> None:
+    execute(lines, "UPDATE EVENT_BACKFILL SET FINISHED_AT = NULL")  # nothing yet
+    subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 10")
+    execute(lines, "UPDATE EVENT_BACKFILL SET FINISHED_AT = NULL")
+    result = subs("backfill", "lines", "rec")
+    assert_one_line_error(result, "unfinished backfill of LINES for rec has --where 'ORDER_NO < 10'", "--restart")
+    restarted = subs.ok("backfill", "lines", "rec", "--restart")
+    assert f"from {ROWS:,} row(s)" in restarted
+
+
+def test_status_shows_the_backfill(lines, subs: Subs) -> None:
+    subs.ok("backfill", "lines", "rec")
+    text = subs.ok("status")
+    assert f"done {ROWS:,}" in text
+    (row,) = [s for s in __import__("json").loads(subs.ok("status", "--json")) if s["tag"] == "rec"]
+    assert row["backfill"]["rows_done"] == ROWS and row["backfill"]["finished"]
