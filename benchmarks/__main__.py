@@ -25,12 +25,26 @@ from . import (
     w4_trigger_cost,
     w5_history,
     w6_memory,
+    w7_relay,
+    w8_backfill,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
 from .results import Recorder, summarize
 
-WORKLOADS = {m.NAME: m for m in (w1_throughput, w2_slow_handlers, w3_latency, w4_trigger_cost, w5_history, w6_memory)}
+WORKLOADS = {
+    m.NAME: m
+    for m in (
+        w1_throughput,
+        w2_slow_handlers,
+        w3_latency,
+        w4_trigger_cost,
+        w5_history,
+        w6_memory,
+        w7_relay,
+        w8_backfill,
+    )
+}
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"
 
 

@@ -25,6 +25,8 @@ class Sizes:
     w5_events: int = 2_000
     w6_events: int = 150_000
     w6_batch: int = 100
+    w7_events: int = 5_000
+    w8_rows: int = 1_000_000
 
 
 FULL = Sizes()
@@ -39,6 +41,8 @@ QUICK = Sizes(
     w5_events=100,
     w6_events=5_000,
     w6_batch=20,
+    w7_events=200,
+    w8_rows=2_000,
 )
 
 

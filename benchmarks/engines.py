@@ -21,9 +21,10 @@ ENGINE_NAMES = ("fb5", "fb3")
 _SUBS_ENV = ("SUBS_DATABASE", "SUBS_PLUGINS", "SUBS_CONFIG", "ISC_USER", "ISC_PASSWORD")
 
 
-def _fb3server() -> ModuleType:
-    path = REPO_ROOT / "tests" / "fb3server.py"
-    spec = importlib.util.spec_from_file_location("fb3server", path)
+def test_helper(name: str) -> ModuleType:
+    """A server helper of the tests (fb3server, natsserver), loaded by path."""
+    path = REPO_ROOT / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
@@ -88,7 +89,7 @@ class Fb3Server(Engine):
     name, title, skip_locked = "fb3", "Firebird 3 server", False
 
     def _make_directory(self) -> Path:
-        self.server = _fb3server()
+        self.server = test_helper("fb3server")
         self.server.start()  # a no-op when it already runs
         return self.server.database_dir()
 

@@ -79,6 +79,25 @@ def goals(sizes: Sizes) -> list[Goal]:
             "<=",
             2.0,
         ),
+        Goal(
+            "W7", "nats relay >= 0.8x the no-op handler's rate (ordered)", "nats relay, ordered", "x no-op", ">=", 0.8
+        ),
+        Goal(
+            "W7",
+            "nats relay >= 0.8x the no-op handler's rate (parallel)",
+            "nats relay, parallel (4 workers)",
+            "x no-op",
+            ">=",
+            0.8,
+        ),
+        Goal(
+            "W8",
+            "backfill memory flat (<= 1.25x with a tenth of the rows)",
+            "subs backfill --batch 1000",
+            "RSS x tenth of the rows",
+            "<=",
+            1.25,
+        ),
         Goal("W5", "ordered claim <= 1.2x fresh", "claim_head (ordered)", "x fresh", "<=", 1.2),
         Goal("W5", "parallel claim <= 1.2x fresh", "claim (parallel)", "x fresh", "<=", 1.2),
         Goal("W5", "W1 drain (subs ordered): time per event <= 1.2x fresh", "subs ordered", "x fresh", "<=", 1.2),

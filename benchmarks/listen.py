@@ -83,12 +83,14 @@ def problems(log: str) -> list[str]:
 class Listener:
     """One ``python -m subscriptions listen --plugin recorder.py ...`` process."""
 
-    def __init__(self, engine: Engine, settings: ConnectionSettings, workdir: Path, *args: str) -> None:
+    def __init__(
+        self, engine: Engine, settings: ConnectionSettings, workdir: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
         run = workdir / f"listen-{uuid.uuid4().hex[:8]}"
         self.records = run / "records"
         self.records.mkdir(parents=True)
         self.log_path = run / "listener.log"
-        env = engine.env(settings) | {"BENCH_RECORD_DIR": str(self.records)}
+        env = engine.env(settings) | {"BENCH_RECORD_DIR": str(self.records)} | (env or {})
         self.args = args
         command = [PYTHON, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(PLUGIN), *args]
         with open(self.log_path, "w") as log:

@@ -4,6 +4,8 @@ It handles the tag ``bench``: sleeps for the row's SLEEP_MS (W2's slow
 handlers; 0 elsewhere) and appends one line per event, with the monotonic
 clock (system-wide, so comparable with the benchmark process) at its start
 and finish, to a file per worker process in $BENCH_RECORD_DIR (if set).
+The tag ``bench_nats`` (W7) is the built-in nats relay, recorded the same
+way: every event of a batch with the batch's start and finish.
 One small unbuffered write per event keeps the cost out of the figures, and
 nothing is lost when the worker leaves with os._exit.
 """
@@ -19,8 +21,21 @@ _files: dict[int, int] = {}
 
 
 @hookimpl
-def register_handlers(register):
+def register_handlers(register, config):
     register("bench", handle)
+    register("bench_nats", lambda events: relay(events, config), batch=True)
+
+
+def relay(events, config):
+    from subscriptions.builtin import nats_relay
+
+    started = time.monotonic_ns()
+    errors = nats_relay.relay(events, config)
+    finished = time.monotonic_ns()
+    for event, error in zip(events, errors):
+        if error is None:
+            _record(f"{event.id} {event.pk['ID']} {event.attempt} {started} {finished}\n")
+    return errors
 
 
 def handle(event) -> None:

@@ -174,3 +174,7 @@ DELETE FROM EVENT_LOG;
 -- name: history_delete
 -- What the listener does to each handled event, all at once.
 DELETE FROM EVENT_LOG WHERE SUB_ID = ?;
+
+-- name: w8_clear_log
+-- W8: the backfill's events go before the upper bound logs them again.
+DELETE FROM EVENT_LOG;

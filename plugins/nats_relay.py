@@ -31,9 +31,11 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
+import string
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from typing import Any, TypeVar
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.js.client import JetStreamContext
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
@@ -119,8 +122,13 @@ def subject_for(event: Event, template: str) -> str:
     """The event's subject: ``template`` over its fields, each made a valid
     part of a subject (an empty one becomes ``_``)."""
     fields = event.as_dict()
-    tokens = {name: _NOT_IN_TOKEN.sub("_", _text(fields[name])) or "_" for name in _FIELDS}
+    tokens = {name: _NOT_IN_TOKEN.sub("_", _text(fields[name])) or "_" for name in _fields_in(template)}
     return template.format(**tokens)
+
+
+@functools.cache
+def _fields_in(template: str) -> frozenset[str]:
+    return frozenset(name for _, name, _, _ in string.Formatter().parse(template) if name)
 
 
 def _text(value: object) -> str:
@@ -217,6 +225,7 @@ class Relay:
         self.settings = settings
         self.loop = loop
         self.client: Client | None = None
+        self.context: JetStreamContext | None = None
 
     def publish(self, events: list[Event]) -> list[BaseException | None]:
         """Publish ``events`` and wait for their acknowledgements: one error
@@ -224,29 +233,31 @@ class Relay:
         # The coroutine bounds its own wait; this one only guards the thread.
         return self.loop.run(self._publish(events), timeout=3 * self.settings.timeout + 5)
 
-    async def _client(self) -> Client:
+    async def _jetstream(self) -> JetStreamContext:
+        """The JetStream context of our connection: one per connection, as it
+        subscribes once to the acknowledgements of its publishes."""
         if self.client is None or self.client.is_closed:
             try:
                 self.client = await _connect(self.settings, self.tag, reconnect=True)
             except Exception as exc:
                 raise RelayError(f"cannot connect to NATS at {self.settings.shown}: {exc}") from None
-        return self.client
+            self.context = self.client.jetstream()
+        assert self.context is not None
+        return self.context
 
     async def _publish(self, events: list[Event]) -> list[BaseException | None]:
         try:
-            jetstream = (await self._client()).jetstream()
+            jetstream = await self._jetstream()
         except RelayError as exc:
             return [exc] * len(events)
         subjects = [subject_for(event, self.settings.subject) for event in events]
         pending: list[asyncio.Future[Any] | BaseException] = []
         for event, subject in zip(events, subjects):
+            # No wait_stall: publishing then never yields to the loop, so the
+            # batch leaves in a few writes instead of one per message.
             try:
                 payload = event.to_json().encode("utf-8")
-                pending.append(
-                    await jetstream.publish_async(
-                        subject, payload, headers=headers_for(event), wait_stall=self.settings.timeout
-                    )
-                )
+                pending.append(await jetstream.publish_async(subject, payload, headers=headers_for(event)))
             except Exception as exc:
                 pending.append(exc)
         futures = [future for future in pending if isinstance(future, asyncio.Future)]

@@ -34,6 +34,7 @@ def register_handlers(register):
     register("rec", handle)
     register("rec2", handle)
     register("audit", write_audit, transactional=True)
+    register("brec", handle_batch, batch=True)
 
 
 def handle(event):
@@ -45,6 +46,18 @@ def handle(event):
     if note == "fail" or (note == "fail_once" and event.attempt == 1):
         raise RuntimeError(f"asked to fail ({note})")
     append(event, "done")
+
+
+def handle_batch(events):
+    """A batch handler: records each event with its batch's size; fails
+    those whose NOTE says fail (or fail_once, on a first attempt)."""
+    errors = []
+    for event in events:
+        note = (event.new or event.old or {}).get("NOTE") or ""
+        append(event, f"batch of {len(events)}")
+        failing = note == "fail" or (note == "fail_once" and event.attempt == 1)
+        errors.append(RuntimeError(f"asked to fail ({note})") if failing else None)
+    return errors
 
 
 def write_audit(event):

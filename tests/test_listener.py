@@ -156,6 +156,28 @@ def test_ordered_mode_blocks_a_subscription_behind_its_failing_event(items, tmp_
     assert [k for k, _, phase in keys if phase == "done"] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_batch_handler_gets_claims_whole_and_fails_events_one_by_one(items, tmp_path, listeners, mode):
+    """In ordered mode the events after a failed one count as not started
+    (they come again once it is settled); in parallel mode they are done."""
+    Subs(items).ok("add", "items", "I", "brec")
+    insert(items, 1, 9)
+    insert(items, 10, 1, "fail_once")
+    insert(items, 11, 20)
+    args = ("--drain", "--tag", "brec", "--batch", "50", "--backoff-min", "0", "--mode", mode)
+    listener = Listener(items, tmp_path, *args)
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    calls = [(line["key"], line["attempt"], line["phase"]) for line in listener.lines()]
+    assert calls[:30] == [(key, 1, "batch of 30") for key in range(1, 31)]
+    again = [key for key, attempt, _ in calls[30:]]
+    assert again == ([10, *range(11, 31)] if mode == "ordered" else [10])
+    assert "drained: 30 handled, 1 failed attempt(s), 0 died" in listener.output()
+    assert query(
+        items, "SELECT COUNT(*) FROM EVENT_LOG l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID WHERE s.TAG = 'brec'"
+    ) == [(0,)]
+
+
 def test_killed_worker_events_come_back_after_the_lease(items, tmp_path, listeners):
     insert(items, 1, 1, "sleep30")
     listener = Listener(items, tmp_path, "--lease", "2", "--poll", "0.5")
