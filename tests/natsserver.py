@@ -25,19 +25,23 @@ def _free_port() -> int:
 
 
 class NatsServer:
-    def __init__(self, directory: Path, *, user: str | None = None, password: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, user: str | None = None, password: str | None = None, token: str | None = None
+    ) -> None:
         executable = shutil.which("nats-server") or "/usr/sbin/nats-server"
         if not Path(executable).exists():
             raise RuntimeError("nats-server is not installed; run ./dev.sh test")
         self.executable = executable
         self.directory = directory
         self.port = _free_port()
-        self.user, self.password = user, password
+        self.user, self.password, self.token = user, password, token
         self.process: subprocess.Popen[bytes] | None = None
         self.log = directory / "nats-server.log"
         config = f'port: {self.port}\nhost: "{HOST}"\njetstream {{ store_dir: "{directory / "store"}" }}\n'
         if user:
             config += f'authorization {{ user: "{user}", password: "{password}" }}\n'
+        if token:
+            config += f'authorization {{ token: "{token}" }}\n'
         self.config = directory / "nats.conf"
         self.config.write_text(config)
         self.start()
@@ -70,7 +74,7 @@ class NatsServer:
         connection of its own."""
 
         async def run() -> Any:
-            client = await nats.connect(self.url, user=self.user, password=self.password)
+            client = await nats.connect(self.url, user=self.user, password=self.password, token=self.token)
             try:
                 return await getattr(client.jetstream(), call)(*args, **kwargs)
             finally:
@@ -82,7 +86,7 @@ class NatsServer:
         """Every message in ``stream``, in stream order."""
 
         async def run() -> list[Any]:
-            client = await nats.connect(self.url, user=self.user, password=self.password)
+            client = await nats.connect(self.url, user=self.user, password=self.password, token=self.token)
             try:
                 jetstream = client.jetstream()
                 info = await jetstream.stream_info(stream)

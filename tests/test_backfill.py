@@ -3,6 +3,7 @@ consistent with concurrent writers, resumable, and refusing bad input."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import signal
@@ -179,3 +180,27 @@ def test_status_shows_the_backfill(lines, subs: Subs) -> None:
     assert f"done {ROWS:,}" in text
     (row,) = [s for s in __import__("json").loads(subs.ok("status", "--json")) if s["tag"] == "rec"]
     assert row["backfill"]["rows_done"] == ROWS and row["backfill"]["finished"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_progress_bar_and_a_pipe_a_line_per_chunk() -> None:
+    from subscriptions.cli.backfill import _Display
+    from subscriptions.ops.backfill import Progress
+
+    states = [Progress("T", "rec", done, 3000, done, done, done / 1000, done == 3000, False) for done in (1000, 3000)]
+    terminal, pipe = Terminal(), io.StringIO()
+    for stream in (terminal, pipe):
+        display = _Display(stream)
+        for progress in states:
+            display(progress)
+        display.close()
+    assert "backfill T rec" in terminal.getvalue() and "1,000 rows/s" in terminal.getvalue()
+    assert "3000/3000" in terminal.getvalue()
+    assert pipe.getvalue().splitlines() == [
+        "backfill T rec: 1,000/3,000 rows (33.3%), 1,000 rows/s, 0m02s left",
+        "backfill T rec: 3,000/3,000 rows (100.0%), 1,000 rows/s",
+    ]

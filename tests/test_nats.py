@@ -137,6 +137,19 @@ def test_bad_credentials_refuse_to_start_in_one_line(tmp_path: Path, subs: Subs)
         server.kill()
 
 
+def test_token_login(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path, token="s3cret-token")
+    try:
+        server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+        deliver(relay(server.url, token="s3cret-token"), make_event("nats"))
+        assert len(server.messages(STREAM)) == 1
+        with pytest.raises(Exception, match="cannot connect to NATS") as refused:
+            deliver(relay(server.url, token="wrong"), make_event("nats"))
+        assert "wrong" not in str(refused.value)
+    finally:
+        server.kill()
+
+
 def orders(settings, subs: Subs) -> None:
     execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, STATUS VARCHAR(20))")
     subs.ok("add", "orders", "IU", "nats")
