@@ -289,15 +289,14 @@ def check_login(tag: str, settings: Settings) -> None:
 
     try:
         asyncio.run(attempt())
-    except nats.errors.Error as exc:
-        if "authorization" in str(exc).lower() or "authentication" in str(exc).lower():
+    except (nats.errors.Error, OSError) as exc:  # TimeoutError is an OSError
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, nats.errors.Error) and re.search("authori[sz]ation|authentication", reason, re.I):
             raise SubsError(
-                f"NATS at {settings.shown} refused the login of [handlers.{tag}]: {exc}; check user/password, "
+                f"NATS at {settings.shown} refused the login of [handlers.{tag}]: {reason}; check user/password, "
                 "token or creds"
             ) from None
-        log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, exc)
-    except OSError as exc:
-        log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, exc)
+        log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, reason)
 
 
 _relays: dict[tuple[str, Settings], Relay] = {}

@@ -156,22 +156,30 @@ def orders(settings, subs: Subs) -> None:
 
 
 class Producer(threading.Thread):
-    """Inserts orders and updates some of them, in small transactions; counts
-    the changes it committed (each one event)."""
+    """Inserts orders and updates some of them, in small transactions, until
+    ``count`` rows or until stopped; counts the changes it committed (each
+    one event)."""
 
-    def __init__(self, settings, count: int) -> None:
+    def __init__(self, settings, count: int, pause: float = 0.0) -> None:
         super().__init__(daemon=True)
-        self.settings, self.count, self.changes = settings, count, 0
+        self.settings, self.count, self.pause, self.changes = settings, count, pause, 0
+        self.stop = threading.Event()
 
     def run(self) -> None:
         with Database(self.settings) as db:
             for first in range(1, self.count + 1, 10):
+                if self.stop.is_set():
+                    return
                 with db.transaction() as cursor:
                     for key in range(first, first + 10):
                         cursor.execute("INSERT INTO ORDERS VALUES (?, 'new')", (key,))
                     cursor.execute("UPDATE ORDERS SET STATUS = 'paid' WHERE ID = ?", (first,))
                 self.changes += 11
-                time.sleep(0.01)
+                time.sleep(self.pause)
+
+
+def stored(server: NatsServer) -> int:
+    return int(server.jetstream("stream_info", STREAM).state.messages)
 
 
 def assert_each_event_once(server: NatsServer, changes: int) -> None:
@@ -189,20 +197,24 @@ def test_the_stream_gets_every_event_once_through_listener_and_server_kills(
     orders(settings, subs)
     for name, value in nats_env(stream).items():
         monkeypatch.setenv(name, value)
-    producer = Producer(settings, 600)
+    producer = Producer(settings, 100_000, pause=0.02)
     producer.start()
     first = Listener(settings, tmp_path, "--tag", "nats", "--mode", "parallel", "--workers", "2", "--lease", "3")
     listeners.append(first)
-    wait_until(lambda: len(stream.messages(STREAM)) > 100, what="the first messages")
+    wait_until(lambda: stored(stream) > 100, what="the first messages")
     os.killpg(first.process.pid, signal.SIGKILL)
     first.process.wait(10)
+    relayed = stored(stream)
     second = Listener(settings, tmp_path, "--tag", "nats", "--mode", "parallel", "--workers", "2", "--lease", "3")
     listeners.append(second)
-    wait_until(lambda: len(stream.messages(STREAM)) > 300, what="messages after the listener's restart")
+    wait_until(lambda: stored(stream) > relayed + 100, what="messages from the second listener")
     stream.kill()
     time.sleep(1.5)  # the listener's publishes fail meanwhile
     stream.start()
-    producer.join(120)
+    relayed = stored(stream)
+    wait_until(lambda: stored(stream) > relayed + 100, what="messages after the server's restart")
+    producer.stop.set()
+    producer.join(60)
     wait_until(lambda: remaining(settings) == 0, timeout=90, what="an empty EVENT_LOG")
     assert_each_event_once(stream, producer.changes)
     assert "disconnected from NATS" in second.output()
