@@ -37,8 +37,10 @@ AND (CAST(? AS BOOLEAN) IS NOT TRUE
                       AND EARLIER.DEAD = FALSE))
 
 -- name: claimable
--- The events a parallel claim may take, of the subscriptions in the list.
+-- The events a parallel claim may take, of the subscriptions in the list
+-- that are not paused.
 SUB_ID IN (?, ...)
+AND NOT EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER P WHERE P.SUB_ID = E.SUB_ID AND P.PAUSED)
 AND DEAD = FALSE
 AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
 AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
@@ -124,6 +126,9 @@ DECLARE LEFT_LAST BIGINT;
 DECLARE BATCH_FIRST BIGINT;
 DECLARE BATCH_LAST BIGINT;
 BEGIN
+    -- A paused subscription hands out nothing.
+    IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE SUB_ID = :THE_SUB AND PAUSED)) THEN
+        EXIT;
     -- Nothing to hand out: leave the lease alone, so that an idle subscription
     -- costs a read, not a write and a forced-write commit.
     SELECT FIRST 1 (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)

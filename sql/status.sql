@@ -2,7 +2,7 @@
 -- Per subscription: pending (waiting, including failed ones waiting for a
 -- retry), in flight (claimed by a parallel worker, or in the batch an ordered
 -- one has in hand, lease running), failed, dead, oldest pending.
-SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE,
+SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
        SUM(IIF(e.SUB_ID IS NOT NULL AND e.DEAD_AT IS NULL AND NOT e.HELD, 1, 0)),
        SUM(IIF(e.DEAD_AT IS NULL AND e.HELD, 1, 0)),
        SUM(IIF(e.DEAD_AT IS NULL AND e.LAST_ERROR IS NOT NULL, 1, 0)),
@@ -15,7 +15,7 @@ LEFT JOIN (SELECT l.SUB_ID, l.DEAD_AT, l.LAST_ERROR, l.CREATED_AT,
            FROM EVENT_LOG l
            LEFT JOIN EVENT_LEASE h ON h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL
                                   AND h.EXPIRES_AT > LOCALTIMESTAMP) e ON e.SUB_ID = s.SUB_ID
-GROUP BY s.SUB_ID, s.TABLE_NAME, s.ACTION, s.TAG, s.ACTIVE
+GROUP BY s.SUB_ID, s.TABLE_NAME, s.ACTION, s.TAG, s.ACTIVE, s.PAUSED
 ORDER BY s.SUB_ID;
 
 -- name: failed

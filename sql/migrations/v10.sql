@@ -1,9 +1,12 @@
 -- Schema version 10: an identity for the database (EVENT_DATABASE), the
--- state of `subs backfill` runs (EVENT_BACKFILL), and the backfill
--- generator: EVENT_CAPTURE_SOURCE also returns the expressions it captures
+-- state of `subs backfill` runs (EVENT_BACKFILL), pausing subscriptions
+-- (EVENT_SUBSCRIBER.PAUSED), and the backfill generator: EVENT_CAPTURE_SOURCE also returns the expressions it captures
 -- an insert with, and EVENT_BACKFILL_SOURCE builds the chunk statements
 -- from them. Trigger texts do not change. The procedures are frozen copies
 -- of sql/capture.sql as it was for version 10.
+
+-- name: add_paused
+ALTER TABLE EVENT_SUBSCRIBER ADD PAUSED BOOLEAN DEFAULT FALSE NOT NULL;
 
 -- name: create_database_id
 -- This database's identity for what leaves it: an event's idempotency key

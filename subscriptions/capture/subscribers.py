@@ -9,6 +9,7 @@ transaction then settles the trigger (``trigger_sync.settle_trigger``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import secrets
@@ -36,7 +37,7 @@ _MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has
 class Change:
     """What one command did to one (table, action, tag)."""
 
-    outcome: str  # added | updated | unchanged | repaired | removed | deactivated
+    outcome: str  # added | updated | unchanged | repaired | removed | deactivated | paused | resumed
     subscription: Subscription
     events: int = 0
 
@@ -63,6 +64,7 @@ class Listing:
             "pending": self.pending,
             "dead": self.dead,
             "capture": self.capture,
+            "paused": s.paused,
         }
 
 
@@ -195,6 +197,37 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
         return changes, name
 
     return _apply(db, work)
+
+
+def set_paused(db: Database, table_typed: str, actions_typed: str, tag: str, paused: bool) -> list[Change]:
+    """Pause (or resume) subscriptions: their changes are still captured, but
+    no listener claims their events until they are resumed. Outcomes:
+    ``paused``, ``resumed``, or ``unchanged`` when already so."""
+    actions = parse_actions(actions_typed)
+    check_tag(tag)
+    statements = sql.load("subscribers")
+
+    def work(cursor: Cursor) -> list[Change]:
+        name = _subscribed_table(cursor, table_typed)
+        current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
+        missing = [a for a in actions if (a, tag) not in current]
+        if name is None or missing:
+            raise SubsError(
+                f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
+                "`subs list` shows the subscriptions"
+            )
+        changes = []
+        for action in actions:
+            subscription = current[(action, tag)]
+            if subscription.paused == paused:
+                changes.append(Change("unchanged", subscription))
+                continue
+            cursor.execute(statements["set_paused"], (paused, subscription.sub_id))
+            outcome = "paused" if paused else "resumed"
+            changes.append(Change(outcome, dataclasses.replace(subscription, paused=paused)))
+        return changes
+
+    return db.run(work)
 
 
 def listing(db: Database) -> list[Listing]:

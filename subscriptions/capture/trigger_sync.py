@@ -21,9 +21,11 @@ MAX_KEY_BYTES = 1000
 
 
 def subscription_from_row(row: tuple[Any, ...]) -> Subscription:
-    """An EVENT_SUBSCRIBER row as read by the ``for_table`` and ``list`` blocks."""
+    """An EVENT_SUBSCRIBER row as read by the ``for_table`` and ``list`` blocks
+    (PAUSED last in both)."""
     sub_id, table, action, tag, columns, when, active = row[:7]
-    return Subscription(sub_id, table, action, tag, tuple(json.loads(columns)) if columns else (), when, active)
+    watched = tuple(json.loads(columns)) if columns else ()
+    return Subscription(sub_id, table, action, tag, watched, when, active, bool(row[-1]))
 
 
 def for_table(cursor: Cursor, table: str) -> list[Subscription]:

@@ -28,6 +28,7 @@ class Subscription:
     columns: tuple[str, ...] = ()
     when: str | None = None
     active: bool = True
+    paused: bool = False
 
 
 def event_name(tag: str) -> str:

@@ -1,4 +1,4 @@
-"""Commands that manage the schema and subscriptions: init, add, remove, list, demo."""
+"""Commands that manage the schema and subscriptions: init, add, remove, pause, resume, list, grant, demo."""
 
 from __future__ import annotations
 
@@ -99,6 +99,39 @@ def remove(ctx: click.Context, table: str, actions: str, tag: str, purge: bool) 
         click.echo(_describe(change))
 
 
+def _pause_or_resume(ctx: click.Context, table: str, actions: str, tag: str, paused: bool) -> None:
+    for change in subscribers.set_paused(open_database(ctx), table, actions, tag, paused):
+        s = change.subscription
+        what = f"{s.table} {s.action} {s.tag} (subscription {s.sub_id})"
+        if change.outcome == "unchanged":
+            click.echo(f"already {'paused' if paused else 'running'}: {what}")
+        elif paused:
+            click.echo(f"paused: {what}; its changes are still captured and wait for `subs resume`")
+        else:
+            click.echo(f"resumed: {what}; listeners deliver its waiting events at their next claim")
+
+
+@cli.command()
+@click.argument("table")
+@click.argument("actions")
+@click.argument("tag")
+@click.pass_context
+def pause(ctx: click.Context, table: str, actions: str, tag: str) -> None:
+    """Stop delivering TAG's events of ACTIONS on TABLE: changes are still
+    captured; running listeners claim none of them from their next claim on."""
+    _pause_or_resume(ctx, table, actions, tag, True)
+
+
+@cli.command()
+@click.argument("table")
+@click.argument("actions")
+@click.argument("tag")
+@click.pass_context
+def resume(ctx: click.Context, table: str, actions: str, tag: str) -> None:
+    """Deliver a paused subscription's events again, in order."""
+    _pause_or_resume(ctx, table, actions, tag, False)
+
+
 @cli.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
@@ -126,7 +159,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                     s.when,
                     row.pending,
                     row.dead,
-                    "active" if s.active else "removed",
+                    ("paused" if s.paused else "active") if s.active else "removed",
                     row.capture if s.active else "-",
                 )
                 for row in rows

@@ -51,7 +51,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
                     r.sub_id,
                     r.table,
                     r.action,
-                    r.tag + ("" if r.active else " (removed)"),
+                    r.tag + ("" if r.active else " (removed)") + (" (paused)" if r.paused else ""),
                     r.pending,
                     r.in_flight,
                     r.failed,

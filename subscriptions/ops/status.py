@@ -41,6 +41,7 @@ class SubscriptionStatus:
     action: str
     tag: str
     active: bool
+    paused: bool
     pending: int
     in_flight: int
     failed: int
@@ -77,7 +78,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
         with db.transaction() as cursor:
             cursor.execute(sql.load("status")["status"])
             rows = cursor.fetchall()
-            states = capture_states(cursor, {row[1] for row in rows if row[4]})
+            states = capture_states(cursor, {row[1] for row in rows if row[4]})  # active ones
             cursor.execute(sql.load("status")["backfills"])
             backfills = {
                 sub_id: BackfillStatus(int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000)
@@ -90,6 +91,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             action=action,
             tag=tag,
             active=active,
+            paused=bool(paused),
             pending=int(pending or 0),
             in_flight=int(in_flight or 0),
             failed=int(failed or 0),
@@ -98,7 +100,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             capture=states[table] if active else "removed",
             backfill=backfills.get(sub_id),
         )
-        for sub_id, table, action, tag, active, pending, in_flight, failed, dead, oldest_ms in rows
+        for sub_id, table, action, tag, active, paused, pending, in_flight, failed, dead, oldest_ms in rows
     ]
 
 
