@@ -174,6 +174,14 @@ def test_an_unfinished_run_with_another_where_is_not_mixed_up(lines, subs: Subs)
     assert f"from {ROWS:,} row(s)" in restarted
 
 
+def test_a_run_stopped_before_the_key_changed_is_not_resumed(lines, subs: Subs) -> None:
+    subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 10")
+    execute(lines, "UPDATE EVENT_BACKFILL SET FINISHED_AT = NULL, LAST_KEY = ?", params=(b"~8:ORDER_NO1:i1:5",))
+    before = state(lines)
+    assert_one_line_error(subs("backfill", "lines", "rec", "--where", "ORDER_NO < 10"), "primary key of LINES changed")
+    assert state(lines) == before
+
+
 def test_status_shows_the_backfill(lines, subs: Subs) -> None:
     subs.ok("backfill", "lines", "rec")
     text = subs.ok("status")

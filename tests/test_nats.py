@@ -150,9 +150,15 @@ def test_token_login(tmp_path: Path) -> None:
         server.kill()
 
 
-def orders(settings, subs: Subs) -> None:
+@pytest.fixture
+def orders(settings, subs: Subs, stream: NatsServer, monkeypatch):
+    """ORDERS subscribed (IU) by the nats relay, whose settings listeners
+    started now get from the environment."""
     execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, STATUS VARCHAR(20))")
     subs.ok("add", "orders", "IU", "nats")
+    for name, value in nats_env(stream).items():
+        monkeypatch.setenv(name, value)
+    return settings
 
 
 class Producer(threading.Thread):
@@ -192,11 +198,9 @@ def assert_each_event_once(server: NatsServer, changes: int) -> None:
 
 
 def test_the_stream_gets_every_event_once_through_listener_and_server_kills(
-    settings, subs: Subs, tmp_path: Path, stream: NatsServer, monkeypatch, listeners
+    orders, tmp_path: Path, stream: NatsServer, listeners
 ) -> None:
-    orders(settings, subs)
-    for name, value in nats_env(stream).items():
-        monkeypatch.setenv(name, value)
+    settings = orders
     producer = Producer(settings, 100_000, pause=0.02)
     producer.start()
     first = Listener(settings, tmp_path, "--tag", "nats", "--mode", "parallel", "--workers", "2", "--lease", "3")
@@ -222,11 +226,9 @@ def test_the_stream_gets_every_event_once_through_listener_and_server_kills(
 
 
 def test_two_listeners_relay_to_one_stream_each_event_once(
-    settings, subs: Subs, tmp_path: Path, stream: NatsServer, monkeypatch, listeners
+    orders, tmp_path: Path, stream: NatsServer, listeners
 ) -> None:
-    orders(settings, subs)
-    for name, value in nats_env(stream).items():
-        monkeypatch.setenv(name, value)
+    settings = orders
     for host in ("a", "b"):
         directory = tmp_path / host
         directory.mkdir()

@@ -150,6 +150,20 @@ def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription])
         cursor.transaction.rollback(savepoint=PROBE_SAVEPOINT)
 
 
+def _subscribed(cursor: Cursor, table_typed: str, actions: str, tag: str) -> tuple[str, list[Subscription]]:
+    """The table's name and its active subscriptions of ``actions`` for
+    ``tag``, one per action; refuses any that does not exist."""
+    name = _subscribed_table(cursor, table_typed)
+    current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
+    missing = [a for a in actions if (a, tag) not in current]
+    if name is None or missing:
+        raise SubsError(
+            f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
+            "`subs list` shows the subscriptions"
+        )
+    return name, [current[(action, tag)] for action in actions]
+
+
 def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
     """The table name as stored in EVENT_SUBSCRIBER (the table itself may be gone)."""
     statements = sql.load("subscribers")
@@ -168,17 +182,9 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
     statements = sql.load("subscribers")
 
     def work(cursor: Cursor) -> tuple[list[Change], str | None]:
-        name = _subscribed_table(cursor, table_typed)
-        current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
-        missing = [a for a in actions if (a, tag) not in current]
-        if name is None or missing:
-            raise SubsError(
-                f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
-                "`subs list` shows the subscriptions"
-            )
+        name, subscribed = _subscribed(cursor, table_typed, actions, tag)
         changes = []
-        for action in actions:
-            subscription = current[(action, tag)]
+        for subscription in subscribed:
             cursor.execute(statements["count_events"], (subscription.sub_id,))
             events = cursor.fetchone()[0]
             if purge and events:
@@ -208,17 +214,9 @@ def set_paused(db: Database, table_typed: str, actions_typed: str, tag: str, pau
     statements = sql.load("subscribers")
 
     def work(cursor: Cursor) -> list[Change]:
-        name = _subscribed_table(cursor, table_typed)
-        current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
-        missing = [a for a in actions if (a, tag) not in current]
-        if name is None or missing:
-            raise SubsError(
-                f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
-                "`subs list` shows the subscriptions"
-            )
+        _, subscribed = _subscribed(cursor, table_typed, actions, tag)
         changes = []
-        for action in actions:
-            subscription = current[(action, tag)]
+        for subscription in subscribed:
             if subscription.paused == paused:
                 changes.append(Change("unchanged", subscription))
                 continue

@@ -100,12 +100,20 @@ class Database:
                 connection.rollback()
             raise
 
-    def run(self, work: Callable[[Cursor], T], *, attempts: int = CONFLICT_ATTEMPTS) -> T:
-        """Run ``work`` in a transaction, retrying from scratch when a
-        concurrent transaction changed the same rows or metadata first."""
+    def run(
+        self,
+        work: Callable[[Cursor], T],
+        *,
+        attempts: int = CONFLICT_ATTEMPTS,
+        tpb: bytes | None = None,
+        backoff: Backoff | None = None,
+    ) -> T:
+        """Run ``work`` in a transaction (``tpb``, SNAPSHOT by default),
+        retrying from scratch when a concurrent transaction changed the same
+        rows or metadata first."""
 
         def once() -> T:
-            with self.transaction() as cursor:
+            with self.transaction(tpb) as cursor:
                 return work(cursor)
 
         return retrying(
@@ -113,7 +121,7 @@ class Database:
             attempts=attempts,
             retry_on=lambda exc: isinstance(exc, DatabaseError) and is_conflict(exc),
             sleep=time.sleep,
-            backoff=Backoff(0.04, 1.0),
+            backoff=backoff or Backoff(0.04, 1.0),
         )
 
     def fetch_value(self, statement: str, *params: object) -> Any:

@@ -26,12 +26,11 @@ from subscriptions.capture.values import decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import first_line, is_conflict
-from subscriptions.db.retry import Backoff, retrying
+from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 
 # Seconds a chunk waits for a writer that holds one of its rows.
 LOCK_TIMEOUT = 10
-CONFLICT_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -122,23 +121,16 @@ def _run_chunk(
     scratch when it meets a conflict."""
     statements = sql.load("backfill")
 
-    def once() -> tuple[int, int, bytes | None]:
-        with db.transaction(chunk_tpb()) as cursor:
-            cursor.execute(statement, parameters)
-            rows, events, key = cursor.fetchone()
-            if rows:
-                cursor.execute(statements["chunk_done"], (key, rows, events, sub_id))
-            if rows < chunk:
-                cursor.execute(statements["finish"], (sub_id,))
-            return int(rows), int(events), key
+    def once(cursor: Cursor) -> tuple[int, int, bytes | None]:
+        cursor.execute(statement, parameters)
+        rows, events, key = cursor.fetchone()
+        if rows:
+            cursor.execute(statements["chunk_done"], (key, rows, events, sub_id))
+        if rows < chunk:
+            cursor.execute(statements["finish"], (sub_id,))
+        return int(rows), int(events), key
 
-    return retrying(
-        once,
-        attempts=CONFLICT_ATTEMPTS,
-        retry_on=lambda exc: isinstance(exc, DatabaseError) and is_conflict(exc),
-        sleep=time.sleep,
-        backoff=Backoff(0.1, 2.0),
-    )
+    return db.run(once, tpb=chunk_tpb(), backoff=Backoff(0.1, 2.0))
 
 
 def _key(plan: _Plan, last_key: bytes) -> list[Any]:
@@ -176,23 +168,17 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
             if is_conflict(exc):
                 raise
             raise SubsError(f"--where rejected by the database: {first_line(exc)}") from None
-        if resume:
-            _, last_key, rows_done, events, recorded_total, _ = state
-            return _Plan(
-                sub_id,
-                table,
-                read_text(first_chunk) or "",
-                read_text(next_chunk) or "",
-                last_key,
-                rows_done,
-                events,
-                int(recorded_total or rows_total),
-                True,
+        first_text, next_text = read_text(first_chunk) or "", read_text(next_chunk) or ""
+        if not resume:
+            cursor.execute(statements["start"], (sub_id, condition, rows_total))
+            return _Plan(sub_id, table, first_text, next_text, None, 0, 0, int(rows_total), False)
+        _, last_key, rows_done, events, recorded_total, _ = state
+        if last_key is not None and set(decode(last_key) or {}) != set(table.primary_key):
+            raise SubsError(
+                f"the primary key of {table.name} changed since its backfill for {tag} stopped: "
+                "add --restart to start over"
             )
-        cursor.execute(statements["start"], (sub_id, condition, rows_total))
-        return _Plan(
-            sub_id, table, read_text(first_chunk) or "", read_text(next_chunk) or "", None, 0, 0, int(rows_total), False
-        )
+        return _Plan(sub_id, table, first_text, next_text, last_key, rows_done, events, int(recorded_total), True)
 
     return db.run(work)
 
