@@ -14,8 +14,9 @@ shift
 # libtommath1: needed by the embedded Firebird 5 engine (firebird-embedded).
 # firebird3.0-server: the real Firebird 3 server the tests also run against.
 # nats-server: the real NATS (JetStream) server of the relay's tests.
+# chromium, chromium-driver: the real browser of the console's tests (Selenium).
 packages=(libtommath1)
-[ "$command" = test ] && packages+=(firebird3.0-server nats-server)
+[ "$command" = test ] && packages+=(firebird3.0-server nats-server chromium chromium-driver)
 python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
 
 missing=()
@@ -32,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,web]'
 
 FB4_WHEEL=4.0.7.4
 FB4_TESTS=(tests/test_capture.py tests/test_capture_types.py tests/test_capture_ddl.py tests/test_rights.py

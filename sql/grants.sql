@@ -27,3 +27,7 @@ GRANT EXECUTE ON FUNCTION EVENT_SCHEMA_VERSION TO USER {user};
 -- name: capture_state
 -- `subs status` and --drain's summary compare triggers with the generator.
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO USER {user};
+
+-- name: stats
+-- Listeners record per-minute statistics for the console and prune them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_STATS TO USER {user};

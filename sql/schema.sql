@@ -106,10 +106,28 @@ CREATE TABLE EVENT_BACKFILL (
     CONSTRAINT PK_EVENT_BACKFILL PRIMARY KEY (SUB_ID)
 );
 
+-- name: create_stats
+-- Events handled, failed and gone dead per subscription and minute, as the
+-- console charts them (`subs web`). Each listener adds to rows of its own
+-- (RECORDER is its host:pid), so listeners never update each other's rows;
+-- readers sum them. BACKLOG is the subscription's live events (counted up
+-- to 10,000) as a listener saw them in that minute. Housekeeping deletes
+-- rows older than a day.
+CREATE TABLE EVENT_STATS (
+    MINUTE_AT  TIMESTAMP NOT NULL,
+    SUB_ID     INTEGER NOT NULL,
+    RECORDER   VARCHAR(100) CHARACTER SET UTF8 NOT NULL,
+    HANDLED    INTEGER DEFAULT 0 NOT NULL,
+    FAILED     INTEGER DEFAULT 0 NOT NULL,
+    DEAD       INTEGER DEFAULT 0 NOT NULL,
+    BACKLOG    INTEGER,
+    CONSTRAINT PK_EVENT_STATS PRIMARY KEY (MINUTE_AT, SUB_ID, RECORDER)
+);
+
 -- name: record_version
 -- The schema version lives in the same DDL transaction as the schema itself.
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
 AS
 BEGIN
-    RETURN 10;
+    RETURN 11;
 END;

@@ -54,6 +54,22 @@ ALTER TRIGGER {trigger} POSITION 32000;
 -- name: set_paused
 UPDATE EVENT_SUBSCRIBER SET PAUSED = ? WHERE SUB_ID = ?;
 
+-- name: by_id
+SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), WATCH_COLUMNS, WHEN_CONDITION, ACTIVE, PAUSED
+FROM EVENT_SUBSCRIBER
+WHERE SUB_ID = ?;
+
+-- name: wake
+-- Listeners of the tag claim at once rather than at their next poll: the
+-- event is posted when the transaction commits.
+EXECUTE BLOCK (TAG VARCHAR(40) CHARACTER SET ASCII = ?)
+AS
+DECLARE EVENT_NAME VARCHAR(45) CHARACTER SET ASCII;
+BEGIN
+    EVENT_NAME = 'subs:' || TAG;
+    POST_EVENT EVENT_NAME;
+END;
+
 -- name: list
 SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.WATCH_COLUMNS, s.WHEN_CONDITION,
        s.ACTIVE, s.CREATED_AT,

@@ -38,13 +38,16 @@ def register_handlers(register):
 
 
 def handle(event):
-    """Behaves as the row's NOTE says: sleepN, fail, fail_once, or nothing."""
+    """Behaves as the row's NOTE says: sleepN, fail, fail_once, fail_flagged
+    (while the file RECORD_FILE.fail exists), or nothing."""
     note = (event.new or event.old or {}).get("NOTE") or ""
     append(event, "start")
     if note.startswith("sleep") and event.attempt == 1:
         time.sleep(float(note[5:]))
     if note == "fail" or (note == "fail_once" and event.attempt == 1):
         raise RuntimeError(f"asked to fail ({note})")
+    if note == "fail_flagged" and os.path.exists(RECORD + ".fail"):
+        raise RuntimeError("asked to fail (flagged)")
     append(event, "done")
 
 

@@ -154,16 +154,17 @@ def test_observe_rejects_unknown_outcomes() -> None:
 
 def test_worker_deltas_merge_into_the_supervisor() -> None:
     supervisor, one, two = metrics.Metrics(), metrics.Metrics(), metrics.Metrics()
-    one.observe("orders", "handled", 0.02)
-    two.observe("orders", "handled", 3)
-    two.observe("orders", "failed", 0.001)
+    one.observe("orders", "handled", 0.02, sub_id=1)
+    two.observe("orders", "handled", 3, sub_id=1)
+    two.observe("orders", "failed", 0.001, sub_id=1)
     two.observe("users", "dead", 0.5)
     supervisor.set_queue([QueueDepth(7, "ORDERS", "I", "orders", 4, 1, 2.0)])
     one.count_claim_conflicts(1)
     two.count_claim_conflicts(3)
     for worker in (one, two):
         supervisor.merge(pickle.loads(pickle.dumps(worker.snapshot(reset=True))))
-    assert one.snapshot() == two.snapshot() == {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0}
+    empty = {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "minutes": {}}
+    assert one.snapshot() == two.snapshot() == empty
     merged = supervisor.snapshot()
     assert merged["events"] == {
         "orders": {"handled": 2, "failed": 1, "dead": 0},
@@ -176,6 +177,12 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
         7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0}
     }
     assert merged["claim_conflicts"] == 4
+    # Per subscription and minute, for the console's statistics (the minute
+    # may have turned between the observations).
+    minutes = supervisor.take_minutes()
+    assert {sub_id for sub_id, _ in minutes} == {1}
+    assert [sum(counts) for counts in zip(*minutes.values())] == [2, 1, 0]
+    assert supervisor.take_minutes() == {}
 
 
 def _get(port: int, path: str) -> tuple[int, str, str]:

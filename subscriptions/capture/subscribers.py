@@ -211,21 +211,42 @@ def set_paused(db: Database, table_typed: str, actions_typed: str, tag: str, pau
     ``paused``, ``resumed``, or ``unchanged`` when already so."""
     actions = parse_actions(actions_typed)
     check_tag(tag)
-    statements = sql.load("subscribers")
 
     def work(cursor: Cursor) -> list[Change]:
         _, subscribed = _subscribed(cursor, table_typed, actions, tag)
-        changes = []
-        for subscription in subscribed:
-            if subscription.paused == paused:
-                changes.append(Change("unchanged", subscription))
-                continue
-            cursor.execute(statements["set_paused"], (paused, subscription.sub_id))
-            outcome = "paused" if paused else "resumed"
-            changes.append(Change(outcome, dataclasses.replace(subscription, paused=paused)))
-        return changes
+        return [_set_paused(cursor, subscription, paused) for subscription in subscribed]
 
     return db.run(work)
+
+
+def set_paused_by_id(db: Database, sub_id: int, paused: bool) -> Change:
+    """``set_paused`` for the active subscription ``sub_id``."""
+
+    def work(cursor: Cursor) -> Change:
+        cursor.execute(sql.load("subscribers")["by_id"], (sub_id,))
+        row = cursor.fetchone()
+        if row is None or not row[6]:
+            raise SubsError(f"there is no active subscription {sub_id}; `subs list` shows the subscriptions")
+        return _set_paused(cursor, subscription_from_row(row), paused)
+
+    return db.run(work)
+
+
+def _set_paused(cursor: Cursor, subscription: Subscription, paused: bool) -> Change:
+    """A resumed subscription's listeners are woken: its events wait no poll."""
+    if subscription.paused == paused:
+        return Change("unchanged", subscription)
+    statements = sql.load("subscribers")
+    cursor.execute(statements["set_paused"], (paused, subscription.sub_id))
+    if not paused:
+        wake(cursor, subscription.tag)
+    return Change("paused" if paused else "resumed", dataclasses.replace(subscription, paused=paused))
+
+
+def wake(cursor: Cursor, tag: str) -> None:
+    """Have the listeners of ``tag`` claim at once (when the transaction
+    commits) rather than at their next poll."""
+    cursor.execute(sql.load("subscribers")["wake"], (tag,))
 
 
 def listing(db: Database) -> list[Listing]:

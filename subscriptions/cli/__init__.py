@@ -4,7 +4,8 @@ Lives here: the group, its global options and the one place where errors a
 user can fix become one line on stderr (``SubsGroup``: SubsError and engine
 errors exit 1, usage errors exit 2); the commands, by concern, in ``manage``
 (init, add, remove, list, demo), ``listen`` (listen, stop, systemd-unit,
-handlers) and ``monitor`` (status, failed, dead, retry, purge).
+handlers), ``monitor`` (status, failed, dead, retry, purge), ``backfill``
+and ``web`` (the console).
 
 May import: every other room.
 """
@@ -133,4 +134,4 @@ def main() -> None:
     cli(prog_name="subs")
 
 
-from . import backfill, listen, manage, monitor  # noqa: E402,F401  (commands register themselves)
+from . import backfill, listen, manage, monitor, web  # noqa: E402,F401  (commands register themselves)

@@ -121,7 +121,7 @@ class Dispatcher:
                 carry_on = False
             elif outcome.error is None:
                 done.append(event.id)
-                self._observe(event.tag, "handled", outcome.seconds)
+                self._observe(event, "handled", outcome.seconds)
             else:
                 self._failed(claimer, event, outcome)
                 carry_on = carry_on and not self.in_order
@@ -179,7 +179,7 @@ class Dispatcher:
         except Exception as exc:  # the handler's, or its writes' at commit
             self._failed(claimer, event, Outcome(exc, outcome.seconds if outcome else 0.0))
             return False
-        self._observe(event.tag, "handled", outcome.seconds)
+        self._observe(event, "handled", outcome.seconds)
         return True
 
     def _outcome(self, event: Event, attempted: list[int]) -> Outcome | None:
@@ -208,7 +208,7 @@ class Dispatcher:
             heapq.heappush(self._retries_due, time.monotonic() + delay + RETRY_MARGIN)
         with self.in_flight.settling:
             claimer.fail(event.id, error, delay, dead, held=self.in_order)
-        self._observe(event.tag, "dead" if dead else "failed", seconds)
+        self._observe(event, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
         else:
@@ -221,6 +221,6 @@ class Dispatcher:
                 delay,
             )
 
-    def _observe(self, tag: str, outcome: str, seconds: float) -> None:
-        self.metrics.observe(tag, outcome, seconds)
-        self.batch.observe(tag, seconds)
+    def _observe(self, event: Event, outcome: str, seconds: float) -> None:
+        self.metrics.observe(event.tag, outcome, seconds, event.subscription_id)
+        self.batch.observe(event.tag, seconds)

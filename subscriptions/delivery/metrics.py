@@ -18,6 +18,7 @@ import bisect
 import copy
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,13 @@ Snapshot = dict[str, Any]
 
 
 def _empty() -> Snapshot:
-    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0}
+    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "minutes": {}}
+
+
+def minute_of(timestamp: float) -> int:
+    """The minute (since the epoch) ``timestamp`` falls in: what the
+    per-minute statistics (stats.py) are counted by."""
+    return int(timestamp // 60)
 
 
 @dataclass(frozen=True)
@@ -96,18 +103,24 @@ class Metrics:
     The snapshot dict is ``{"events": {tag: {outcome: n}}, "durations": {tag:
     {"buckets": [n per bucket, +Inf last, not cumulative], "sum": s, "count": n}},
     "queue": {sub_id: {"table": t, "action": a, "tag": t, "pending": n,
-    "in_flight": n, "lag": seconds}}, "claim_conflicts": n}``.
+    "in_flight": n, "lag": seconds}}, "claim_conflicts": n, "minutes":
+    {(sub_id, minute): [handled, failed, dead]}}``; "minutes" feeds the
+    console's statistics (stats.py) and is taken out by ``take_minutes``.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._data = _empty()
 
-    def observe(self, tag: str, outcome: str, seconds: float) -> None:
-        """Count one handler run of ``tag`` ending in ``outcome`` that took ``seconds``."""
+    def observe(self, tag: str, outcome: str, seconds: float, sub_id: int | None = None) -> None:
+        """Count one handler run of ``tag`` (of subscription ``sub_id``, when
+        known) ending in ``outcome`` that took ``seconds``."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; use one of {', '.join(OUTCOMES)}")
         with self._lock:
+            if sub_id is not None:
+                minute = self._data["minutes"].setdefault((sub_id, minute_of(time.time())), [0] * len(OUTCOMES))
+                minute[OUTCOMES.index(outcome)] += 1
             events = self._data["events"].setdefault(tag, dict.fromkeys(OUTCOMES, 0))
             events[outcome] += 1
             duration = self._duration(tag)
@@ -157,6 +170,17 @@ class Metrics:
                 duration["count"] += other["count"]
             self._data["queue"].update(copy.deepcopy(snapshot.get("queue", {})))
             self._data["claim_conflicts"] += snapshot.get("claim_conflicts", 0)
+            for key, counts in snapshot.get("minutes", {}).items():
+                mine = self._data["minutes"].setdefault(key, [0] * len(OUTCOMES))
+                self._data["minutes"][key] = [a + b for a, b in zip(mine, counts)]
+
+    def take_minutes(self) -> dict[tuple[int, int], list[int]]:
+        """The per-minute counts so far, leaving none behind (to record them;
+        merge them back in a snapshot if that fails)."""
+        with self._lock:
+            minutes: dict[tuple[int, int], list[int]] = self._data["minutes"]
+            self._data["minutes"] = {}
+            return minutes
 
     def _duration(self, tag: str) -> dict[str, Any]:
         return self._data["durations"].setdefault(  # type: ignore[no-any-return]

@@ -9,8 +9,9 @@ progress clock: one that stops stamping for longer than a handler may run
 plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
 housekeeping thread disconnects attachments the server keeps for dead workers
 (reaper.py) when a worker dies and every REAP_INTERVAL, fails at once the
-events a dead worker held (recovery.py), and rebuilds the claim index every
-REBUILD_EVERY handled events (housekeeping.py). Workers die with the
+events a dead worker held (recovery.py), records the console's per-minute
+statistics (stats.py), and rebuilds the claim index every REBUILD_EVERY
+handled events (housekeeping.py). Workers die with the
 supervisor (a parent-death signal), so a SIGKILLed listener leaves none
 behind.
 """
@@ -34,7 +35,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.errors import SubsError
 
-from . import housekeeping, reaper, recovery, worker
+from . import housekeeping, reaper, recovery, stats, worker
 from .metrics import Metrics, read_queue_depth
 from .options import ListenOptions
 from .startup import rebuild_claim_index
@@ -63,33 +64,76 @@ class Supervisor:
         self.abandoned: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self.done = threading.Event()
         self.handled_since_rebuild = 0
+        self.recorder = reaper.owner()
 
     def _housekeep(self) -> None:
         """Housekeeping thread: when a worker dies (reap_now) and every
         REAP_INTERVAL, reap dead workers' attachments and fail at once what
         the dead ones held (again every RECOVERY_RETRY while one of their
-        transactions still holds it); rebuild the claim index once
-        REBUILD_EVERY events were handled since the last rebuild."""
+        transactions still holds it); every RECORD_INTERVAL, record the
+        per-minute statistics, every BACKLOG_INTERVAL the backlog, and, once REBUILD_EVERY events were handled
+        since the last rebuild, rebuild the claim index; prune statistics
+        every PRUNE_INTERVAL. It connects only when there is work."""
         unsettled: list[tuple[str, str]] = []
+        next_reap = time.monotonic() + reaper.REAP_INTERVAL
+        next_prune = next_sample = time.monotonic()
         while not self.done.is_set():
-            self.reap_now.wait(RECOVERY_RETRY if unsettled else reaper.REAP_INTERVAL)
+            woken = self.reap_now.wait(RECOVERY_RETRY if unsettled else stats.RECORD_INTERVAL)
             self.reap_now.clear()
             if self.done.is_set() or self.stopping:
                 return
             while not self.abandoned.empty():
                 unsettled.append(self.abandoned.get())
+            now = time.monotonic()
+            reap = woken or bool(unsettled) or now >= next_reap
+            prune = now >= next_prune
+            sample = now >= next_sample
+            rebuild = self.handled_since_rebuild >= housekeeping.REBUILD_EVERY
+            minutes = self.metrics.take_minutes()
+            if not (reap or prune or sample or rebuild or minutes):
+                continue
             try:
                 with Database(self.options.settings) as db:
-                    reaper.reap(db)
-                    unsettled = [
-                        (owner, reason)
-                        for owner, reason in unsettled
-                        if not recovery.fail_abandoned(db, owner, reason, self.options)
-                    ]
-                    if self.handled_since_rebuild >= housekeeping.REBUILD_EVERY and rebuild_claim_index(db):
+                    self._record(db, minutes)
+                    if reap:
+                        next_reap = now + reaper.REAP_INTERVAL
+                        reaper.reap(db)
+                        unsettled = [
+                            (owner, reason)
+                            for owner, reason in unsettled
+                            if not recovery.fail_abandoned(db, owner, reason, self.options)
+                        ]
+                    if sample:
+                        next_sample = now + stats.BACKLOG_INTERVAL
+                        stats.record_backlog(db, self.recorder)
+                    if prune:
+                        next_prune = now + stats.PRUNE_INTERVAL
+                        stats.prune(db)
+                    if rebuild and rebuild_claim_index(db):
                         self.handled_since_rebuild = 0
             except (DatabaseError, SubsError) as exc:
                 log.warning("housekeeping: %s", first_line(exc))
+
+    def _record(self, db: Database, minutes: stats.Minutes) -> None:
+        """Record per-minute statistics; kept for the next try if that fails."""
+        if not minutes:
+            return
+        try:
+            stats.record(db, self.recorder, minutes)
+        except BaseException:
+            self.metrics.merge({"minutes": minutes})
+            raise
+
+    def _record_last_minutes(self) -> None:
+        """At the end of a run, record what the workers reported last and
+        the backlog left behind."""
+        minutes = self.metrics.take_minutes()
+        try:
+            with Database(self.options.settings) as db:
+                self._record(db, minutes)
+                stats.record_backlog(db, self.recorder)
+        except (DatabaseError, SubsError) as exc:
+            log.warning("could not record the last statistics: %s", first_line(exc))
 
     def _start(self) -> BaseProcess:
         progress = self.context.Value("d", time.monotonic(), lock=False)
@@ -186,5 +230,7 @@ class Supervisor:
                 process.kill()
             if housekeeping_thread.is_alive():
                 housekeeping_thread.join(5.0)
+            self._collect_reports()
+            self._record_last_minutes()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

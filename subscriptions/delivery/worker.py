@@ -232,7 +232,7 @@ class Worker:
     def _flush_reports(self) -> None:
         """Send the supervisor what was counted since the last report."""
         delta = self.metrics.snapshot(reset=True)
-        if self.reports is not None and (delta["events"] or delta["claim_conflicts"]):
+        if self.reports is not None and (delta["events"] or delta["claim_conflicts"] or delta["minutes"]):
             self.reports.put(delta)
 
 

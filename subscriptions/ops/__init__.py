@@ -1,7 +1,8 @@
 """Operations: what an operator runs beside the listener.
 
 Lives here: ``subs init`` (``setup``), status and failing/dead events
-(``status``), retrying and purging (``repair``), a listener's rights (``grants``), running in the background
+(``status``), retrying and purging (``repair``), what the console shows and
+does (``console``), backfill (``backfill``), a listener's rights (``grants``), running in the background
 (``pidfile``, ``detach``, ``systemd``), the demo (``demo``) and plain-text
 tables for the terminal (``text_table``).
 

@@ -1,0 +1,374 @@
+"""What the console shows and does (`subs web`): one query layer under both
+its pages and its JSON API (sql/console.sql).
+
+Every call is one short transaction: read-only READ COMMITTED for what is
+read, so a refresh never holds back the server's garbage collection, and a
+NO WAIT one for actions, which give way to a worker that holds the event.
+Nothing counts a whole log (see console.sql), so the cost of a page does not
+grow with the backlog.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from firebird.driver import Cursor, DatabaseError, Isolation, TraAccessMode, tpb
+
+from subscriptions.capture import subscribers
+from subscriptions.capture.drift import capture_states
+from subscriptions.capture.keys import key_hash, row_key
+from subscriptions.capture.values import UndecodableEvent, decode
+from subscriptions.db import sql
+from subscriptions.db.connection import Database, nowait_tpb, read_blob, read_text
+from subscriptions.db.errors import is_conflict
+from subscriptions.errors import SubsError
+
+MAX_COUNTED = 10_000  # counts stop here and show as "10,000+"
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+MAX_STATS_MINUTES = 24 * 60
+STATES = {"pending": "P", "failed": "F", "dead": "D"}
+_STATE_NAMES = {code: name for name, code in STATES.items()}
+
+
+class NotFound(SubsError):
+    """What was asked for does not exist (HTTP 404)."""
+
+
+@functools.cache
+def read_only_tpb() -> bytes:
+    return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, access_mode=TraAccessMode.READ))
+
+
+@dataclass(frozen=True)
+class SubscriptionSummary:
+    """A subscription's figures; ``at_least`` names the counts that stopped
+    at MAX_COUNTED (the true figure is higher)."""
+
+    id: int
+    table: str
+    action: str
+    tag: str
+    active: bool
+    paused: bool
+    pending: int
+    in_flight: int
+    failed: int
+    dead: int
+    oldest_pending_age: float | None  # seconds
+    capture: str  # drift.OK, what is wrong with the capture, or "removed"
+    at_least: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "at_least": list(self.at_least)}
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """One row of EVENT_LOG, decoded; ``undecodable`` says why pk, old and new
+    are missing when its bytes cannot be read."""
+
+    id: int
+    subscription: int
+    state: str  # pending, failed or dead
+    in_flight: bool
+    attempts: int
+    last_error: str | None
+    pk: dict[str, Any]
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    created_at: dt.datetime
+    next_attempt_at: dt.datetime | None
+    dead_at: dt.datetime | None
+    claimed_by: str | None
+    undecodable: str | None = None
+    claim_expires_at: dt.datetime | None = field(default=None)
+
+    @property
+    def changed(self) -> set[str]:
+        """Columns whose value differs between old and new (updates)."""
+        if self.old is None or self.new is None:
+            return set()
+        return {name for name in self.old.keys() | self.new.keys() if self.old.get(name) != self.new.get(name)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[LoggedEvent]
+    next: int | None  # the cursor (EVENT_ID) of the next page
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events a list shows: by state, subscription, and one row's key
+    (the table's key columns' values in key order; needs ``subscription``
+    or ``table``)."""
+
+    state: str | None = None
+    subscription: int | None = None
+    table: str | None = None
+    key: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        if self.state is not None and self.state not in STATES:
+            raise SubsError(f"state {self.state!r} is not one of {', '.join(STATES)}")
+        if self.key and self.subscription is None and not self.table:
+            raise SubsError("a key search needs the subscription or the table the key belongs to")
+
+
+def _read(db: Database) -> Any:
+    return db.transaction(read_only_tpb())
+
+
+def overview(db: Database, max_counted: int = MAX_COUNTED) -> list[SubscriptionSummary]:
+    with _read(db) as cursor:
+        cursor.execute(sql.load("console")["overview"], (max_counted,))
+        rows = cursor.fetchall()
+        states = capture_states(cursor, {row[1] for row in rows if row[4]})
+    summaries = []
+    for sub_id, table, action, tag, active, paused, pending, in_flight, failed, live_more, dead, dead_more, age in rows:
+        summaries.append(
+            SubscriptionSummary(
+                id=sub_id,
+                table=table,
+                action=action,
+                tag=tag,
+                active=active,
+                paused=paused,
+                pending=pending,
+                in_flight=in_flight,
+                failed=failed,
+                dead=dead,
+                oldest_pending_age=None if age is None else age / 1000,
+                capture=states[table] if active else "removed",
+                at_least=(("pending", "in_flight", "failed") if live_more else ()) + (("dead",) if dead_more else ()),
+            )
+        )
+    return summaries
+
+
+@dataclass(frozen=True)
+class MinuteStats:
+    minute: dt.datetime
+    handled: int
+    failed: int
+    dead: int
+    backlog: int | None  # as a listener saw it in that minute; None: none ran
+
+
+def stats(db: Database, minutes: int = 60) -> dict[int, list[MinuteStats]]:
+    """Per subscription, one entry per minute of the last ``minutes`` (the
+    current one last), zeros where nothing was recorded."""
+    if not 1 <= minutes <= MAX_STATS_MINUTES:
+        raise SubsError(f"minutes must be between 1 and {MAX_STATS_MINUTES}, not {minutes}")
+    statements = sql.load("console")
+    with _read(db) as cursor:
+        cursor.execute(statements["server_minute"])
+        now = cursor.fetchone()[0].replace(second=0, microsecond=0)
+        cursor.execute(statements["subscriptions"])
+        sub_ids = [row[0] for row in cursor.fetchall()]
+        axis = [now - dt.timedelta(minutes=back) for back in range(minutes - 1, -1, -1)]
+        cursor.execute(statements["stats"], (axis[0],))
+        recorded = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
+    empty = (0, 0, 0, None)
+    return {
+        sub_id: [MinuteStats(minute, *_minute(recorded.get((sub_id, minute), empty))) for minute in axis]
+        for sub_id in sub_ids
+    }
+
+
+def _minute(row: Sequence[Any]) -> tuple[int, int, int, int | None]:
+    handled, failed, dead, backlog = row
+    return int(handled), int(failed), int(dead), None if backlog is None else int(backlog)
+
+
+def _event(row: Sequence[Any], claim_expires_at: dt.datetime | None = None) -> LoggedEvent:
+    event_id, sub_id, pk_row, old, long_old, new, long_new, state, held, attempts, error = row[:11]
+    created_at, next_attempt_at, dead_at, claimed_by = row[11:15]
+    undecodable = None
+    try:
+        pk = decode(pk_row) or {}
+        old_values = decode(old if long_old is None else read_blob(long_old))
+        new_values = decode(new if long_new is None else read_blob(long_new))
+    except UndecodableEvent as exc:
+        pk, old_values, new_values, undecodable = {}, None, None, str(exc)
+    return LoggedEvent(
+        id=event_id,
+        subscription=sub_id,
+        state=_STATE_NAMES[state],
+        in_flight=bool(held),
+        attempts=attempts,
+        last_error=read_text(error),
+        pk=pk,
+        old=old_values,
+        new=new_values,
+        created_at=created_at,
+        next_attempt_at=next_attempt_at,
+        dead_at=dead_at,
+        claimed_by=claimed_by,
+        undecodable=undecodable,
+        claim_expires_at=claim_expires_at,
+    )
+
+
+def events(db: Database, chosen: EventFilter, *, limit: int = PAGE_SIZE, after: int = 0) -> EventPage:
+    """A page of events in log order after the cursor ``after``: one walk
+    of an index per subscription (and live/dead), or per tag for a key,
+    each at most ``limit + 1`` long, merged."""
+    chosen.check()
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise SubsError(f"limit must be between 1 and {MAX_PAGE_SIZE}, not {limit}")
+    statements = sql.load("console")
+    like = STATES[chosen.state] if chosen.state else "%"
+    rows: list[Sequence[Any]] = []
+    with _read(db) as cursor:
+        targets = _subscriptions(cursor, chosen)
+        if chosen.key:
+            table, captured = row_key(cursor, chosen.table or targets[0][1], chosen.key)
+            for tag in sorted({tag for _, sub_table, tag in targets if sub_table == table}):
+                cursor.execute(
+                    statements["row_events"],
+                    (
+                        limit + 1,
+                        key_hash(cursor, table, tag, captured),
+                        captured,
+                        after,
+                        table,
+                        chosen.subscription,
+                        chosen.subscription,
+                        like,
+                    ),
+                )
+                rows.extend(cursor.fetchall())
+        else:
+            deads = [chosen.state == "dead"] if chosen.state else [False, True]
+            for sub_id, _, _ in targets:
+                for dead in deads:
+                    cursor.execute(statements["subscription_events"], (limit + 1, sub_id, dead, after, like))
+                    rows.extend(cursor.fetchall())
+        rows.sort(key=lambda row: int(row[0]))
+        page = [_event(row) for row in rows[:limit]]
+    return EventPage(page, page[-1].id if len(rows) > limit else None)
+
+
+def _subscriptions(cursor: Cursor, chosen: EventFilter) -> list[tuple[int, str, str]]:
+    """(id, table, tag) of the subscriptions a filter covers."""
+    cursor.execute(sql.load("console")["subscriptions"])
+    every = [(sub_id, table, tag) for sub_id, table, _, tag, _, _ in cursor.fetchall()]
+    if chosen.subscription is not None:
+        chosen_ones = [target for target in every if target[0] == chosen.subscription]
+        if not chosen_ones:
+            raise NotFound(f"there is no subscription {chosen.subscription}")
+        return chosen_ones
+    return every
+
+
+def event(db: Database, event_id: int) -> LoggedEvent:
+    with _read(db) as cursor:
+        cursor.execute(sql.load("console")["event"], (event_id,))
+        row = cursor.fetchone()
+        if row is None:
+            raise NotFound(f"there is no event {event_id}; it was handled or discarded, or never existed")
+        return _event(row[:-1], row[-1])
+
+
+def subscription(db: Database, sub_id: int) -> SubscriptionSummary:
+    found = [summary for summary in overview(db) if summary.id == sub_id]
+    if not found:
+        raise NotFound(f"there is no subscription {sub_id}")
+    return found[0]
+
+
+# -- actions: each returns what it did, in a sentence -------------------------------
+
+
+def _act(db: Database, work: Any) -> str:
+    """Run an action in one NO WAIT transaction; a worker's concurrent claim
+    or settlement of the same rows makes it give way with a message."""
+    try:
+        with db.transaction(nowait_tpb()) as cursor:
+            return cast(str, work(cursor))
+    except DatabaseError as exc:
+        if is_conflict(exc):
+            raise SubsError("a listener is working on it right now; try again in a moment") from None
+        raise
+
+
+def _tag_of(cursor: Cursor, sub_id: int) -> str:
+    cursor.execute(sql.load("console")["subscriptions"])
+    for found, _, _, tag, _, _ in cursor.fetchall():
+        if found == sub_id:
+            return str(tag)
+    raise NotFound(f"there is no subscription {sub_id}")
+
+
+def retry(db: Database, event_id: int) -> str:
+    """A dead event is queued again (attempts start from 1); a failed one is
+    made due now."""
+    current = event(db, event_id)
+    statements = sql.load("console")
+
+    def work(cursor: Cursor) -> str:
+        if current.in_flight:
+            raise SubsError(f"event {event_id} is being handled right now; there is nothing to retry")
+        if current.state == "pending":
+            raise SubsError(f"event {event_id} has not failed; it is waiting for a listener")
+        cursor.execute(statements["retry_dead" if current.state == "dead" else "retry_failed"], (event_id,))
+        if not cursor.affected_rows:
+            raise SubsError(f"event {event_id} changed meanwhile; look at it again")
+        subscribers.wake(cursor, _tag_of(cursor, current.subscription))
+        if current.state == "dead":
+            return f"event {event_id} is queued again; its attempts start again from 1"
+        return f"event {event_id} is due for its next attempt now"
+
+    return _act(db, work)
+
+
+def discard(db: Database, event_id: int) -> str:
+    """Delete a failed or dead event: it will never be delivered."""
+    current = event(db, event_id)
+    statements = sql.load("console")
+
+    def work(cursor: Cursor) -> str:
+        if current.in_flight:
+            raise SubsError(f"event {event_id} is being handled right now; discard it if it fails")
+        if current.state == "pending":
+            raise SubsError(f"event {event_id} has not failed; only failed and dead events can be discarded")
+        cursor.execute(statements["discard"], (event_id,))
+        if not cursor.affected_rows:
+            raise NotFound(f"there is no event {event_id}; it was handled or discarded meanwhile")
+        return f"event {event_id} is discarded; it will not be delivered"
+
+    return _act(db, work)
+
+
+def retry_dead(db: Database, sub_id: int) -> str:
+    """Queue every dead event of a subscription again."""
+
+    def work(cursor: Cursor) -> str:
+        tag = _tag_of(cursor, sub_id)
+        cursor.execute(sql.load("console")["retry_dead_of_subscription"], (sub_id,))
+        count = cursor.affected_rows
+        if count:
+            subscribers.wake(cursor, tag)
+        return f"{count:,} dead event(s) of subscription {sub_id} queued again"
+
+    return _act(db, work)
+
+
+def set_paused(db: Database, sub_id: int, paused: bool) -> str:
+    """Pause or resume one subscription (see capture/subscribers.set_paused)."""
+    subscription(db, sub_id)  # NotFound for an unknown one
+    change = subscribers.set_paused_by_id(db, sub_id, paused)
+    target = change.subscription
+    name = f"subscription {sub_id} ({target.table} {target.action} {target.tag})"
+    if change.outcome == "unchanged":
+        return f"{name} was already {'paused' if paused else 'running'}"
+    return f"{name} is {change.outcome}"

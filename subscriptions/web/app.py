@@ -1,0 +1,342 @@
+"""The console's web application (Starlette): HTML pages and a JSON API,
+both over one query layer (ops/console.py).
+
+Pages and API reads run in the server's thread pool, each on an attachment
+taken from a small pool for one short read-only transaction; actions are
+POST only and run in one short NO WAIT transaction. Nothing is held
+between requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+from firebird.driver import DatabaseError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line, is_connection_lost
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.errors import SubsError
+from subscriptions.events import json_default
+from subscriptions.ops import console
+
+from .charts import chart
+from .security import Access, Guard, Refused, check_csrf
+
+NOTICE_COOKIE = "subs_notice"
+POOL_SIZE = 4
+HTMX = "htmx-2.0.8.min.js"
+
+
+class Attachments:
+    """A few attachments reused across requests (attaching costs more than
+    a page's queries); each request uses one for one transaction."""
+
+    def __init__(self, settings: ConnectionSettings, size: int = POOL_SIZE) -> None:
+        self.settings = settings
+        self._idle: queue.LifoQueue[Database] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(size)
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[Database]:
+        with self._slots:
+            try:
+                db = self._idle.get_nowait()
+            except queue.Empty:
+                db = Database(self.settings)
+            try:
+                yield db
+            except DatabaseError as exc:
+                if is_connection_lost(exc):
+                    with contextlib.suppress(DatabaseError):
+                        db.close()
+                else:
+                    self._idle.put(db)
+                raise
+            except BaseException:
+                self._idle.put(db)
+                raise
+            self._idle.put(db)
+
+    def close(self) -> None:
+        while True:
+            try:
+                db = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            with contextlib.suppress(DatabaseError):
+                db.close()
+
+
+class ApiResponse(JSONResponse):
+    """JSON with captured values encoded as ``event.to_json()`` encodes them."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=json_default, ensure_ascii=False).encode("utf-8")
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(resources.files("subscriptions.web").joinpath("templates")))
+    templates.env.autoescape = True
+    templates.env.filters["value"] = lambda value: json.dumps(value, default=json_default, ensure_ascii=False)
+    templates.env.filters["count"] = lambda summary, name: (
+        f"{getattr(summary, name):,}" + ("+" if name in summary.at_least else "")
+    )
+    templates.env.filters["age"] = _age
+    templates.env.globals["htmx"] = HTMX
+    return templates
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _number(request: Request, name: str) -> int | None:
+    text = request.query_params.get(name, "")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise Refused(400, f"{name} must be a whole number, not {text!r}") from None
+
+
+def _number_or(request: Request, name: str, default: int) -> int:
+    given = _number(request, name)
+    return default if given is None else given
+
+
+def _filter(request: Request) -> console.EventFilter:
+    return console.EventFilter(
+        state=request.query_params.get("state") or None,
+        subscription=_number(request, "subscription"),
+        table=request.query_params.get("table") or None,
+        key=tuple(value for value in request.query_params.getlist("key") if value),
+    )
+
+
+class Console:
+    """The routes, with what they share: the attachments and the templates."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.attachments = Attachments(settings)
+        self.templates = _templates()
+
+    def read(self, work: Callable[[Database], Any]) -> Any:
+        """Run ``work`` on a pooled attachment; the query layer's refusals
+        become HTTP answers."""
+        try:
+            with self.attachments.use() as db:
+                return work(db)
+        except console.NotFound as exc:
+            raise Refused(404, str(exc)) from None
+        except SubsError as exc:
+            raise Refused(400, str(exc)) from None
+        except DatabaseError as exc:
+            raise Refused(503, f"the database: {first_line(exc)}") from None
+
+    def page(self, request: Request, template: str, **context: Any) -> Response:
+        """A page, with the notice of the action that led here (once)."""
+        notice = request.cookies.get(NOTICE_COOKIE)
+        response = self.templates.TemplateResponse(
+            request,
+            template,
+            {
+                "csrf": request.app.state.access.csrf,
+                "read_only": request.app.state.access.read_only,
+                "notice": unquote(notice) if notice else None,
+                **context,
+            },
+        )
+        if notice:
+            response.delete_cookie(NOTICE_COOKIE, path="/")
+        return response
+
+    # -- pages ---------------------------------------------------------------------------
+
+    def _figures(self) -> dict[str, Any]:
+        def work(db: Database) -> dict[str, Any]:
+            summaries = console.overview(db)
+            history = console.stats(db, 60)
+            return {"summaries": summaries, "charts": {s.id: chart(history.get(s.id, [])) for s in summaries}}
+
+        return dict(self.read(work))
+
+    def overview(self, request: Request) -> Response:
+        return self.page(request, "overview.html", **self._figures())
+
+    def figures(self, request: Request) -> Response:
+        return self.page(request, "figures.html", **self._figures())
+
+    def events(self, request: Request) -> Response:
+        """A page of events; a bad filter is shown on the page, with no events."""
+
+        def work(db: Database) -> tuple[console.EventPage, list[console.SubscriptionSummary]]:
+            return console.events(db, chosen, limit=limit, after=after), console.overview(db, max_counted=0)
+
+        chosen = console.EventFilter()
+        try:
+            chosen = _filter(request)
+            limit = _number_or(request, "limit", console.PAGE_SIZE)
+            after = _number_or(request, "after", 0)
+            page, subscriptions = self.read(work)
+            error = None
+        except Refused as refused:
+            if refused.status != 400:
+                raise
+            page, subscriptions = console.EventPage([], None), self.read(lambda db: console.overview(db, 0))
+            error = refused.message
+        return self.page(
+            request,
+            "events.html",
+            page=page,
+            chosen=chosen,
+            error=error,
+            subscriptions={s.id: s for s in subscriptions},
+            next_query=_with(request, after=page.next) if page.next else None,
+        )
+
+    def event(self, request: Request) -> Response:
+        event_id = int(request.path_params["event_id"])
+
+        def work(db: Database) -> tuple[console.LoggedEvent, console.SubscriptionSummary]:
+            found = console.event(db, event_id)
+            return found, console.subscription(db, found.subscription)
+
+        try:
+            found, subscription = self.read(work)
+        except Refused as refused:
+            if refused.status != 404:
+                raise
+            # Often just handled: a retried event is gone once its handler succeeds.
+            response = self.page(request, "missing.html", message=refused.message)
+            response.status_code = 404
+            return response
+        columns = list(dict.fromkeys([*(found.old or {}), *(found.new or {})]))
+        return self.page(request, "event.html", event=found, subscription=subscription, columns=columns)
+
+    # -- API ----------------------------------------------------------------------------
+
+    def api_subscriptions(self, request: Request) -> Response:
+        return ApiResponse([summary.as_dict() for summary in self.read(console.overview)])
+
+    def api_events(self, request: Request) -> Response:
+        chosen = _filter(request)
+        limit = _number_or(request, "limit", console.PAGE_SIZE)
+        after = _number_or(request, "after", 0)
+        page = self.read(lambda db: console.events(db, chosen, limit=limit, after=after))
+        return ApiResponse({"events": [e.as_dict() for e in page.events], "next": page.next})
+
+    def api_event(self, request: Request) -> Response:
+        event_id = int(request.path_params["event_id"])
+        return ApiResponse(self.read(lambda db: console.event(db, event_id)).as_dict())
+
+    def api_stats(self, request: Request) -> Response:
+        minutes = _number_or(request, "minutes", 60)
+        history: dict[int, list[console.MinuteStats]] = self.read(lambda db: console.stats(db, minutes))
+        axis = next(iter(history.values()), [])
+        return ApiResponse(
+            {
+                "minutes": [m.minute for m in axis],
+                "subscriptions": [
+                    {
+                        "id": sub_id,
+                        "handled": [m.handled for m in entries],
+                        "failed": [m.failed for m in entries],
+                        "dead": [m.dead for m in entries],
+                        "backlog": [m.backlog for m in entries],
+                    }
+                    for sub_id, entries in history.items()
+                ],
+            }
+        )
+
+    async def act(self, request: Request) -> Response:
+        """Every action: JSON for API clients; a redirect back to the page,
+        with a notice of what was done, for the pages' forms."""
+        form = await request.form()
+        check_csrf(request, form)
+        name = request.path_params["action"]
+        target = int(request.path_params["target"])
+        actions: dict[str, Callable[[Database], str]] = {
+            "events/retry": lambda db: console.retry(db, target),
+            "events/discard": lambda db: console.discard(db, target),
+            "subscriptions/retry-dead": lambda db: console.retry_dead(db, target),
+            "subscriptions/pause": lambda db: console.set_paused(db, target, True),
+            "subscriptions/resume": lambda db: console.set_paused(db, target, False),
+        }
+        action = actions.get(f"{request.path_params['kind']}/{name}")
+        if action is None:
+            raise Refused(404, f"there is no action {name!r}")
+        try:
+            message = await run_in_threadpool(self.read, action)
+        except Refused as refused:
+            status = 409 if refused.status == 400 else refused.status
+            if "next" not in form:
+                raise Refused(status, refused.message) from None
+            message = refused.message
+        if "next" not in form:
+            return ApiResponse({"message": message})
+        response = RedirectResponse(_local(str(form["next"])), status_code=303)
+        response.set_cookie(NOTICE_COOKIE, quote(message), httponly=True, samesite="strict", path="/", max_age=60)
+        return response
+
+
+def _with(request: Request, **changes: object) -> str:
+    """The request's query string with ``changes`` made."""
+    kept = [(key, value) for key, value in request.query_params.multi_items() if key not in changes]
+    return urlencode([*kept, *((key, str(value)) for key, value in changes.items())])
+
+
+def _local(path: str) -> str:
+    """Only this console's own pages are redirected to."""
+    return path if path.startswith("/") and not path.startswith("//") else "/"
+
+
+def create_app(settings: ConnectionSettings, access: Access) -> Starlette:
+    routes = Console(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        routes.attachments.close()
+
+    app = Starlette(
+        routes=[
+            Route("/", routes.overview),
+            Route("/figures", routes.figures),
+            Route("/events", routes.events),
+            Route("/events/{event_id:int}", routes.event),
+            Route("/api/subscriptions", routes.api_subscriptions),
+            Route("/api/events", routes.api_events),
+            Route("/api/events/{event_id:int}", routes.api_event),
+            Route("/api/stats", routes.api_stats),
+            Route("/api/{kind:str}/{target:int}/{action:str}", routes.act, methods=["POST"]),
+            Mount("/static", StaticFiles(packages=[("subscriptions.web", "static")]), name="static"),
+        ],
+        middleware=[Middleware(Guard)],
+        lifespan=lifespan,
+    )
+    app.state.access = access
+    return app

@@ -1,0 +1,368 @@
+"""`subs web` over HTTP: a real server process on a free port, on embedded
+Firebird and the Firebird 3 server. Its security (token, cookie, CSRF,
+read-only, headers, request log), the JSON API (lists, keyset pages, the key
+filter, one event, actions, statistics) and its bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from subscriptions.db.connection import Database
+from subscriptions.delivery import stats
+
+from conftest import Subs, assert_one_line_error, execute, query, state
+from listening import Listener, insert
+from webconsole import Console
+
+
+@pytest.fixture
+def web(items, tmp_path: Path) -> Iterator[Console]:
+    console = Console(items, tmp_path)
+    yield console
+    console.stop()
+
+
+def drain(settings, tmp_path: Path, *args: str) -> None:
+    listener = Listener(settings, tmp_path, "--drain", "--workers", "1", *args)
+    listener.finish()
+
+
+def dead_and_failed(items, tmp_path: Path) -> tuple[int, int]:
+    """Rows 1-3 handled, row 4's insert dead, row 5's insert failed (its next
+    attempt in 5 minutes), all through a real listener; returns (dead, failed)."""
+    insert(items, 1, 3)
+    insert(items, 4, 1, "fail")
+    drain(items, tmp_path, "--max-attempts", "1")
+    insert(items, 5, 1, "fail")
+    drain(items, tmp_path, "--max-attempts", "3", "--backoff-min", "300", "--backoff-max", "300")
+    (dead,), (failed,) = query(items, "SELECT EVENT_ID FROM EVENT_LOG ORDER BY EVENT_ID")
+    return dead, failed
+
+
+# -- who may use it ---------------------------------------------------------------------
+
+
+def test_every_request_needs_the_token(web: Console) -> None:
+    for path in ("/", "/events", "/events/1", "/api/subscriptions", "/static/console.css", "/figures"):
+        status, headers, _ = web.request("GET", path, bearer=False)
+        assert status == 401, path
+        assert "default-src 'self'" in headers["content-security-policy"]
+    status, _, body = web.request("GET", "/api/subscriptions", bearer=False, headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and "token" in json.loads(body)["error"]
+    assert web.request("GET", "/?token=wrong", bearer=False)[0] == 401
+    assert web.request("POST", "/api/subscriptions/1/pause", bearer=False)[0] == 401
+
+
+def test_the_token_in_the_address_becomes_a_strict_cookie_and_leaves_the_address(web: Console) -> None:
+    status, headers, _ = web.request("GET", f"/events?state=dead&token={web.token}", bearer=False)
+    assert status == 303
+    assert headers["location"] == "/events?state=dead"
+    cookie = headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and web.token not in cookie
+    session = cookie.split(";")[0]
+    status, headers, body = web.request("GET", "/events?state=dead", bearer=False, headers={"Cookie": session})
+    assert status == 200 and b"<h1>Events</h1>" in body
+    assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff"
+    assert "script-src 'self'" in headers["content-security-policy"]
+
+
+def _session(web: Console) -> str:
+    _, headers, _ = web.request("GET", f"/?token={web.token}", bearer=False)
+    return headers["set-cookie"].split(";")[0]
+
+
+def _csrf(web: Console, session: str) -> str:
+    _, _, body = web.request("GET", "/", bearer=False, headers={"Cookie": session})
+    return body.decode().split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
+def test_a_cross_site_or_tokenless_form_post_is_refused_and_changes_nothing(items, web: Console) -> None:
+    session = _session(web)
+    form = {"Cookie": session, "Content-Type": "application/x-www-form-urlencoded"}
+    before = state(items)
+    # The browser sent the cookie, but the form came from another site.
+    evil = {**form, "Origin": "http://evil.example"}
+    status, _, _ = web.request("POST", "/api/subscriptions/1/pause", bearer=False, headers=evil, body=b"next=/")
+    assert status == 403
+    status, _, _ = web.request(
+        "POST", "/api/subscriptions/1/pause", bearer=False, headers={**form, "Sec-Fetch-Site": "cross-site"}
+    )
+    assert status == 403
+    # A same-site page without the console's CSRF token (say another app on localhost).
+    status, _, body = web.request("POST", "/api/subscriptions/1/pause", bearer=False, headers=form, body=b"next=/")
+    assert status == 403 and b"CSRF" in body
+    assert state(items) == before
+    body = urlencode({"csrf": _csrf(web, session), "next": "/"}).encode()
+    status, headers, _ = web.request("POST", "/api/subscriptions/1/pause", bearer=False, headers=form, body=body)
+    assert status == 303 and headers["location"] == "/"
+    notice = headers["set-cookie"].split(";")[0]
+    _, _, page = web.request("GET", "/", bearer=False, headers={"Cookie": f"{session}; {notice}"})
+    assert "subscription 1 (ITEMS I rec) is paused" in page.decode()
+    assert query(items, "SELECT PAUSED FROM EVENT_SUBSCRIBER WHERE SUB_ID = 1") == [(True,)]
+
+
+def test_only_get_and_post_are_served(web: Console) -> None:
+    assert web.request("DELETE", "/api/events/1")[0] == 405
+    assert web.request("PUT", "/api/subscriptions/1/pause")[0] == 405
+
+
+def test_read_only_refuses_every_action(items, tmp_path: Path) -> None:
+    console = Console(items, tmp_path, "--read-only")
+    try:
+        before = state(items)
+        for path in ("/api/subscriptions/1/pause", "/api/subscriptions/1/retry-dead", "/api/events/1/discard"):
+            status, body = console.post_json(path)
+            assert status == 403 and "read-only" in body["error"]
+        assert state(items) == before
+        _, _, page = console.request("GET", "/")
+        assert b"read-only" in page and b"<form" not in page
+    finally:
+        console.stop()
+
+
+def test_the_request_log_never_shows_the_token(items, tmp_path: Path) -> None:
+    token = "a-token-of-our-own-0123456789"
+    console = Console(items, tmp_path, token=token)
+    try:
+        assert console.url.endswith("/") and token not in console.url
+        console.request("GET", f"/events?state=dead&token={token}", bearer=False)
+        console.request("GET", "/api/subscriptions")
+    finally:
+        console.stop()
+    log = console.log_text()
+    assert "GET /events?state=dead&token=%2A%2A%2A 303" in log and "GET /api/subscriptions 200" in log
+    assert token not in log
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "fragments"),
+    [
+        (("--host", "0.0.0.0"), {}, ("--host 0.0.0.0", "--token", "127.0.0.1")),
+        (("--token", "short"), {}, ("at least 16 characters",)),
+        (("--port", "70000"), {}, ("--port",)),
+    ],
+)
+def test_bad_web_options_are_one_line_errors(items, arguments, environment, fragments) -> None:
+    result = Subs(items)("web", *arguments, env=environment)
+    assert_one_line_error(result, *fragments, exit_code=2 if "--port" in arguments else 1)
+
+
+def test_a_port_in_use_is_a_one_line_error(web: Console, items) -> None:
+    result = Subs(items)("web", "--port", str(web.port))
+    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{web.port}", "--port")
+
+
+def test_without_the_web_extra_subs_web_says_how_to_install_it(items) -> None:
+    blocked = "import sys; sys.modules['starlette'] = None; from subscriptions.cli import main; main()"
+    result = subprocess.run(
+        [sys.executable, "-c", blocked, "-d", items.dsn, "web"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == "Error: subs web needs the web extra: pip install 'firebird-subs[web]'"
+
+
+# -- the API ------------------------------------------------------------------------------
+
+
+def test_subscriptions_show_counts_state_and_capture(items, tmp_path: Path, web: Console) -> None:
+    dead, failed = dead_and_failed(items, tmp_path)
+    insert(items, 10, 2)
+    Subs(items).ok("pause", "items", "D", "rec")
+    rows = {row["action"]: row for row in web.get_json("/api/subscriptions")}
+    inserts = rows["I"]
+    assert {key: inserts[key] for key in ("id", "table", "tag", "paused", "pending", "failed", "dead")} == {
+        "id": 1,
+        "table": "ITEMS",
+        "tag": "rec",
+        "paused": False,
+        "pending": 2,
+        "failed": 1,
+        "dead": 1,
+    }
+    assert inserts["capture"] == "ok" and inserts["in_flight"] == 0 and inserts["at_least"] == []
+    assert rows["D"]["paused"] is True and rows["U"]["pending"] == 0
+
+
+def test_events_are_listed_by_state_and_subscription_in_keyset_pages(items, web: Console) -> None:
+    insert(items, 1, 120)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID <= 30")
+    seen: list[int] = []
+    after = None
+    while True:
+        cursor = {"after": after} if after else {}
+        query_string = urlencode({"subscription": 1, "state": "pending", "limit": 50, **cursor})
+        page = web.get_json(f"/api/events?{query_string}")
+        seen += [event["id"] for event in page["events"]]
+        assert all(event["subscription"] == 1 and event["state"] == "pending" for event in page["events"])
+        after = page["next"]
+        if after is None:
+            break
+    assert seen == sorted(seen) and len(seen) == 120
+    everything = web.get_json("/api/events?limit=500")
+    assert len(everything["events"]) == 150 and everything["next"] is None
+    first = web.get_json("/api/events?limit=1")["events"][0]
+    assert set(first) >= {"id", "subscription", "state", "attempts", "last_error", "pk", "old", "new", "created_at"}
+    assert first["pk"] == {"ID": 1} and first["new"] == {"ID": 1, "NOTE": ""} and first["old"] is None
+
+
+def test_the_key_filter_finds_every_event_of_one_row(items, web: Console) -> None:
+    insert(items, 1, 5)
+    execute(items, "UPDATE ITEMS SET NOTE = 'a' WHERE ID = 3", "UPDATE ITEMS SET NOTE = 'b' WHERE ID IN (2, 3)")
+    execute(items, "DELETE FROM ITEMS WHERE ID = 3")
+    found = web.get_json("/api/events?table=items&key=3")["events"]
+    assert [(event["subscription"], event["pk"]) for event in found] == [
+        (1, {"ID": 3}),
+        (2, {"ID": 3}),
+        (2, {"ID": 3}),
+        (3, {"ID": 3}),
+    ]
+    assert [event["new"] for event in found[1:3]] == [{"ID": 3, "NOTE": "a"}, {"ID": 3, "NOTE": "b"}]
+    only_updates = web.get_json("/api/events?subscription=2&key=3&limit=1")
+    assert len(only_updates["events"]) == 1 and only_updates["next"] is not None
+    rest = web.get_json(f"/api/events?subscription=2&key=3&after={only_updates['next']}")
+    assert [event["new"]["NOTE"] for event in rest["events"]] == ["b"] and rest["next"] is None
+    assert web.get_json("/api/events?table=items&key=99")["events"] == []
+
+
+def test_the_key_filter_on_a_composite_key_of_other_types(settings, web: Console) -> None:
+    execute(
+        settings,
+        "CREATE TABLE LINES (ORDER_NO NUMERIC(18,2) NOT NULL, CODE VARCHAR(10) CHARACTER SET UTF8 NOT NULL, "
+        "DAY_OF DATE NOT NULL, QTY INTEGER, PRIMARY KEY (ORDER_NO, CODE, DAY_OF))",
+    )
+    Subs(settings).ok("add", "lines", "IU", "rec")
+    execute(
+        settings,
+        "INSERT INTO LINES VALUES (12.5, 'Müsli', DATE '2026-01-02', 1)",
+        "INSERT INTO LINES VALUES (12.5, 'Müsli', DATE '2026-01-03', 1)",
+        "UPDATE LINES SET QTY = 2 WHERE DAY_OF = DATE '2026-01-02'",
+    )
+    keys = urlencode([("table", "lines"), ("key", "12.50"), ("key", "Müsli"), ("key", "2026-01-02")])
+    found = web.get_json(f"/api/events?{keys}")["events"]
+    assert [event["pk"]["DAY_OF"] for event in found] == ["2026-01-02", "2026-01-02"]
+    assert found[0]["pk"]["ORDER_NO"] == "12.50"  # a Decimal, as event.to_json() writes it
+
+
+@pytest.mark.parametrize(
+    ("query_string", "fragments"),
+    [
+        ("state=lost", ("state 'lost' is not one of pending, failed, dead",)),
+        ("key=3", ("needs the subscription or the table",)),
+        ("table=items&key=abc", ("abc is not a key of ITEMS (ID)", "conversion error")),
+        ("table=items&key=1&key=2", ("the key of ITEMS is ID: give 1 value(s), not 2",)),
+        ("table=nosuch&key=1", ("table 'nosuch' does not exist",)),
+        ("subscription=x", ("subscription must be a whole number",)),
+        ("limit=0", ("limit must be between 1 and 500",)),
+    ],
+)
+def test_bad_filters_are_one_line_400s(web: Console, query_string: str, fragments: tuple[str, ...]) -> None:
+    status, _, body = web.request("GET", f"/api/events?{query_string}")
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert "\n" not in error and all(fragment in error for fragment in fragments), error
+    status, _, page = web.request("GET", f"/events?{query_string}")
+    assert status == 200 and fragments[0].replace("'", "&#39;") in page.decode()
+
+
+def test_unknown_events_and_subscriptions_are_404(web: Console) -> None:
+    for method, path in [
+        ("GET", "/api/events/999"),
+        ("GET", "/events/999"),
+        ("GET", "/api/events?subscription=99"),
+        ("POST", "/api/events/999/retry"),
+        ("POST", "/api/subscriptions/99/pause"),
+        ("POST", "/api/subscriptions/1/explode"),
+    ]:
+        assert web.request(method, path)[0] == 404, path
+
+
+def test_one_event_with_its_values_as_to_json_encodes_them(settings, web: Console) -> None:
+    execute(
+        settings,
+        "CREATE TABLE KINDS (ID INTEGER NOT NULL PRIMARY KEY, AMOUNT NUMERIC(18,4), RAW VARCHAR(4) CHARACTER SET "
+        "OCTETS, AT_TIME TIMESTAMP, TEXT_VALUE VARCHAR(40))",
+    )
+    Subs(settings).ok("add", "kinds", "U", "rec")
+    execute(settings, "INSERT INTO KINDS VALUES (1, 1.5, x'00ff10', TIMESTAMP '2026-11-24 10:00:00', 'a')")
+    execute(settings, "UPDATE KINDS SET AMOUNT = 2.25, TEXT_VALUE = '<b>b</b>'")
+    (event_id,) = query(settings, "SELECT EVENT_ID FROM EVENT_LOG")[0]
+    event = web.get_json(f"/api/events/{event_id}")
+    assert event["old"]["AMOUNT"] == "1.5000" and event["new"]["AMOUNT"] == "2.2500"
+    assert event["new"]["RAW"] == "AP8Q" and event["new"]["AT_TIME"] == "2026-11-24T10:00:00"
+    assert event["state"] == "pending" and event["attempts"] == 0 and event["last_error"] is None
+    status, _, page = web.request("GET", f"/events/{event_id}")
+    html = page.decode()
+    assert status == 200 and "&lt;b&gt;b&lt;/b&gt;" in html and "<b>b</b>" not in html
+    assert html.count('class="changed"') == 2  # AMOUNT and TEXT_VALUE
+
+
+def test_actions_retry_discard_retry_dead_pause_and_resume(items, tmp_path: Path, web: Console) -> None:
+    dead, failed = dead_and_failed(items, tmp_path)
+    status, body = web.post_json(f"/api/events/{failed}/retry")
+    assert (status, body["message"]) == (200, f"event {failed} is due for its next attempt now")
+    status, body = web.post_json(f"/api/events/{failed}/retry")
+    assert status == 200  # still failed, due again
+    assert web.post_json(f"/api/events/{failed}/discard")[0] == 200
+    assert web.request("GET", f"/api/events/{failed}")[0] == 404
+    status, body = web.post_json(f"/api/events/{dead}/discard")
+    assert status == 200
+    insert(items, 20, 2, "fail")
+    drain(items, tmp_path, "--max-attempts", "1")
+    status, body = web.post_json("/api/subscriptions/1/retry-dead")
+    assert (status, body["message"]) == (200, "2 dead event(s) of subscription 1 queued again")
+    pending = web.get_json("/api/events?subscription=1&state=pending")["events"]
+    assert [(event["attempts"], event["last_error"]) for event in pending] == [(0, None), (0, None)]
+    status, body = web.post_json(f"/api/events/{pending[0]['id']}/retry")
+    assert status == 409 and "has not failed" in body["error"]
+    assert web.post_json("/api/subscriptions/2/pause") == (200, {"message": "subscription 2 (ITEMS U rec) is paused"})
+    assert json.loads(Subs(items).ok("list", "--json"))[1]["paused"] is True
+    assert web.post_json("/api/subscriptions/2/pause")[1]["message"].endswith("was already paused")
+    assert web.post_json("/api/subscriptions/2/resume")[1]["message"] == "subscription 2 (ITEMS U rec) is resumed"
+
+
+def test_a_removed_subscription_cannot_be_paused(items, web: Console) -> None:
+    insert(items, 1, 1)
+    Subs(items).ok("remove", "items", "I", "rec")
+    status, body = web.post_json("/api/subscriptions/1/pause")
+    assert status == 409 and "no active subscription 1" in body["error"]
+
+
+def test_statistics_per_subscription_and_minute(items, tmp_path: Path, web: Console) -> None:
+    insert(items, 1, 4)
+    insert(items, 5, 1, "fail")
+    drain(items, tmp_path, "--max-attempts", "2", "--backoff-min", "300", "--backoff-max", "300")
+    answer = web.get_json("/api/stats?minutes=5")
+    assert len(answer["minutes"]) == 5
+    by_id = {entry["id"]: entry for entry in answer["subscriptions"]}
+    assert sum(by_id[1]["handled"]) == 4 and sum(by_id[1]["failed"]) == 1 and sum(by_id[1]["dead"]) == 0
+    assert sum(by_id[2]["handled"]) == 0
+    assert max(backlog or 0 for backlog in by_id[1]["backlog"]) >= 1  # sampled when the listener started
+    status, _, body = web.request("GET", "/api/stats?minutes=100000")
+    assert status == 400 and "minutes must be between 1 and 1440" in json.loads(body)["error"]
+
+
+def test_housekeeping_prunes_old_statistics(db: Database) -> None:
+    execute(
+        db.settings,
+        "INSERT INTO EVENT_STATS (MINUTE_AT, SUB_ID, RECORDER, HANDLED) "
+        "VALUES (DATEADD(-2 DAY TO LOCALTIMESTAMP), 1, 'old:1', 5)",
+        "INSERT INTO EVENT_STATS (MINUTE_AT, SUB_ID, RECORDER, HANDLED) VALUES (LOCALTIMESTAMP, 1, 'new:1', 5)",
+    )
+    stats.prune(db)
+    assert query(db.settings, "SELECT TRIM(RECORDER) FROM EVENT_STATS") == [("new:1",)]
+
+
+def test_two_listeners_record_their_own_rows_and_readers_sum_them(db: Database) -> None:
+    minute = 29_000_000  # minutes since the epoch
+    stats.record(db, "host:1", {(1, minute): [3, 1, 0]})
+    stats.record(db, "host:2", {(1, minute): [2, 0, 1]})
+    stats.record(db, "host:1", {(1, minute): [1, 0, 0]})
+    rows = query(db.settings, "SELECT TRIM(RECORDER), HANDLED, FAILED, DEAD FROM EVENT_STATS ORDER BY 1")
+    assert rows == [("host:1", 4, 1, 0), ("host:2", 2, 0, 1)]

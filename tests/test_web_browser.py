@@ -1,0 +1,150 @@
+"""The console in a real browser: Debian's headless Chromium driven by
+Selenium (chromium-driver; both installed by dev.sh), against a real `subs
+web` process and a real listener, on embedded Firebird and the Firebird 3
+server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from subscriptions.db.connection import Database
+
+from conftest import Subs, execute, query, wait_until
+from listening import Listener, insert
+from webconsole import Console
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("chromium and chromium-driver are missing: ./dev.sh test installs them")
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"):
+        options.add_argument(argument)
+    options.binary_location = CHROMIUM
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def web(items, tmp_path: Path, browser: WebDriver) -> Iterator[Console]:
+    console = Console(items, tmp_path)
+    browser.delete_all_cookies()
+    browser.get(console.url)  # the token becomes the session cookie
+    yield console
+    console.stop()
+
+
+def text_of(browser: WebDriver, css: str) -> str:
+    return str(browser.find_element(By.CSS_SELECTOR, css).text)
+
+
+def wait_for_text(browser: WebDriver, css: str, expected: str, timeout: float = 20) -> None:
+    def shown(driver: WebDriver) -> bool:
+        found = driver.find_elements(By.CSS_SELECTOR, css)
+        return bool(found) and found[0].text == expected
+
+    try:
+        WebDriverWait(browser, timeout).until(shown)
+    except TimeoutException:
+        page = browser.find_element(By.TAG_NAME, "body").text
+        raise AssertionError(f"{css} never showed {expected!r}; {browser.current_url} shows: {page[:500]}") from None
+
+
+def test_the_overview_updates_its_figures_without_a_reload(items, web: Console, browser: WebDriver) -> None:
+    assert browser.current_url == web.base + "/"  # the token left the address
+    assert text_of(browser, "#pending-1") == "0"
+    browser.execute_script("window.subsMarker = 'still the same page'")
+    insert(items, 1, 3)
+    wait_for_text(browser, "#pending-1", "3")
+    assert browser.execute_script("return window.subsMarker") == "still the same page"
+    wait_for_text(browser, "#subscription-1 .state", "running")
+    assert browser.find_elements(By.CSS_SELECTOR, "#subscription-1 svg.chart")
+
+
+def test_an_event_opens_with_old_and_new_side_by_side(items, web: Console, browser: WebDriver) -> None:
+    insert(items, 1, 1, "before")
+    execute(items, "UPDATE ITEMS SET NOTE = 'after' WHERE ID = 1")
+    browser.refresh()
+    browser.find_element(By.CSS_SELECTOR, "#pending-2").click()
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "table.events tbody tr")
+    assert "ITEMS U rec" in row.text and "pending" in row.text and "ID=1" in row.text
+    row.find_element(By.CSS_SELECTOR, "a").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text.startswith("Event 2")
+    changed = browser.find_element(By.CSS_SELECTOR, "table.values tr.changed")
+    assert changed.find_element(By.CSS_SELECTOR, "th").text == "NOTE changed"
+    assert changed.find_element(By.CSS_SELECTOR, "td.old").text == '"before"'
+    assert changed.find_element(By.CSS_SELECTOR, "td.new").text == '"after"'
+
+
+def test_retry_gets_a_dead_event_handled_by_a_running_listener(
+    items, tmp_path: Path, web: Console, browser: WebDriver, listeners
+) -> None:
+    subs = Subs(items)
+    subs.ok("remove", "items", "UD", "rec")
+    # --poll 60: the retry must wake the listener, not wait for its poll.
+    listener = Listener(items, tmp_path, "--workers", "1", "--max-attempts", "1", "--poll", "60")
+    listeners.append(listener)
+    flag = Path(str(listener.record) + ".fail")
+    flag.touch()
+    insert(items, 7, 1, "fail_flagged")
+    wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(1,)], what="the event to die")
+    flag.unlink()
+    browser.get(web.base + "/events?state=dead")
+    browser.find_element(By.CSS_SELECTOR, "table.events tbody tr a").click()
+    assert text_of(browser, "#event-state") == "dead"
+    assert "RuntimeError: asked to fail (flagged)" in text_of(browser, "#last-error")
+    browser.find_element(By.XPATH, "//button[text()='Retry']").click()
+    wait_for_text(browser, "#notice", "event 1 is queued again; its attempts start again from 1")
+    listener.wait_for(lambda lines: any(line["phase"] == "done" for line in lines), timeout=20)
+    wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(0,)], what="the event to be handled")
+    browser.refresh()
+    assert "there is no event 1" in browser.find_element(By.TAG_NAME, "body").text
+
+
+def test_pause_and_resume_from_the_overview(items, web: Console, browser: WebDriver) -> None:
+    browser.find_element(By.CSS_SELECTOR, "#subscription-1 button").click()
+    wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is paused")
+    wait_for_text(browser, "#subscription-1 .state", "paused")
+    assert json.loads(Subs(items).ok("list", "--json"))[0]["paused"] is True
+    browser.find_element(By.XPATH, "//tr[@id='subscription-1']//button[text()='Resume']").click()
+    wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is resumed")
+    wait_for_text(browser, "#subscription-1 .state", "running")
+
+
+def test_payloads_render_as_text(settings, tmp_path: Path, browser: WebDriver) -> None:
+    execute(settings, "CREATE TABLE PAYLOADS (ID INTEGER NOT NULL PRIMARY KEY, BODY VARCHAR(200))")
+    Subs(settings).ok("add", "payloads", "I", "rec")
+    script = "<script>alert('pwned')</script>"
+    image = "<img src=x onerror=\"document.title='pwned'\">"
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("INSERT INTO PAYLOADS VALUES (?, ?)", (1, script))
+        cursor.execute("INSERT INTO PAYLOADS VALUES (?, ?)", (2, image))
+    console = Console(settings, tmp_path)
+    try:
+        browser.delete_all_cookies()
+        browser.get(console.url)
+        for event_id, payload in ((1, script), (2, image)):
+            browser.get(f"{console.base}/events/{event_id}")
+            assert text_of(browser, "#column-2 td.new") == json.dumps(payload)  # BODY
+            assert not browser.find_elements(By.CSS_SELECTOR, "table.values img, table.values script")
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018
+        assert browser.title != "pwned"
+    finally:
+        console.stop()
