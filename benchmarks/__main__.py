@@ -27,6 +27,7 @@ from . import (
     w6_memory,
     w7_relay,
     w8_backfill,
+    w9_console,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -43,6 +44,7 @@ WORKLOADS = {
         w6_memory,
         w7_relay,
         w8_backfill,
+        w9_console,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

@@ -27,6 +27,8 @@ class Sizes:
     w6_batch: int = 100
     w7_events: int = 5_000
     w8_rows: int = 1_000_000
+    w9_small: int = 1_000
+    w9_large: int = 1_000_000
 
 
 FULL = Sizes()
@@ -43,6 +45,8 @@ QUICK = Sizes(
     w6_batch=20,
     w7_events=200,
     w8_rows=2_000,
+    w9_small=100,
+    w9_large=2_000,
 )
 
 

@@ -6,6 +6,7 @@ import operator
 from dataclasses import dataclass
 
 from . import w1_throughput as w1
+from . import w9_console as w9
 from .config import Sizes
 from .results import Summary
 
@@ -97,6 +98,10 @@ def goals(sizes: Sizes) -> list[Goal]:
             "RSS x tenth of the rows",
             "<=",
             1.25,
+        ),
+        *(
+            Goal("W9", f"{case} with the long log <= 1.5x with the short one", case, "x small log", "<=", 1.5)
+            for case in w9.PAGES
         ),
         Goal("W5", "ordered claim <= 1.2x fresh", "claim_head (ordered)", "x fresh", "<=", 1.2),
         Goal("W5", "parallel claim <= 1.2x fresh", "claim (parallel)", "x fresh", "<=", 1.2),

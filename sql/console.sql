@@ -1,72 +1,9 @@
--- The console's queries (`subs web`, ops/console.py). Nothing here counts a
--- whole log: lists walk the claim index (SUB_ID, DEAD, EVENT_ID) or the key
+-- The console's queries (`subs web`, ops/console.py); its overview is
+-- metrics.sql's queue_depth. Nothing here counts a whole log: lists walk the claim index (SUB_ID, DEAD, EVENT_ID) or the key
 -- index (KEY_HASH, EVENT_ID) from a keyset cursor, and counts stop at a bound,
 -- so a page costs about the same with a thousand or a million events.
 -- An event's STATE is P (pending), F (failed: waiting for a retry) or D
 -- (dead); HELD is true while a worker has it in hand (its lease running).
-
--- name: overview
--- Per subscription: its live events walked in log order up to MAX_COUNTED
--- (LIVE_MORE: there are more), split into pending, in flight and failed; its
--- dead events counted up to MAX_COUNTED (DEAD_MORE); the oldest live event's age.
-EXECUTE BLOCK (MAX_COUNTED INTEGER = ?)
-RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(1) CHARACTER SET ASCII,
-         TAG VARCHAR(40) CHARACTER SET ASCII, ACTIVE BOOLEAN, PAUSED BOOLEAN,
-         PENDING INTEGER, IN_FLIGHT INTEGER, FAILED INTEGER, LIVE_MORE BOOLEAN,
-         DEAD INTEGER, DEAD_MORE BOOLEAN, OLDEST_MS BIGINT)
-AS
-DECLARE EVENT BIGINT;
-DECLARE CREATED TIMESTAMP;
-DECLARE CLAIM_EXPIRES TIMESTAMP;
-DECLARE ERROR_LOGGED BOOLEAN;
-DECLARE LEASE_FIRST BIGINT;
-DECLARE LEASE_LAST BIGINT;
-DECLARE WALKED INTEGER;
-BEGIN
-    FOR SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID
-        INTO :SUB_ID, :TABLE_NAME, :ACTION, :TAG, :ACTIVE, :PAUSED
-    DO
-    BEGIN
-        PENDING = 0;
-        IN_FLIGHT = 0;
-        FAILED = 0;
-        WALKED = 0;
-        OLDEST_MS = NULL;
-        LEASE_FIRST = NULL;
-        LEASE_LAST = NULL;
-        SELECT FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
-        WHERE SUB_ID = :SUB_ID AND HOLDER IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP
-        INTO :LEASE_FIRST, :LEASE_LAST;
-        FOR SELECT FIRST (:MAX_COUNTED + 1) EVENT_ID, CREATED_AT, CLAIM_EXPIRES_AT, LAST_ERROR IS NOT NULL
-            FROM EVENT_LOG
-            WHERE SUB_ID = :SUB_ID AND DEAD = FALSE
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO :EVENT, :CREATED, :CLAIM_EXPIRES, :ERROR_LOGGED
-        DO
-        BEGIN
-            WALKED = WALKED + 1;
-            IF (WALKED <= MAX_COUNTED) THEN
-            BEGIN
-                OLDEST_MS = COALESCE(OLDEST_MS, DATEDIFF(MILLISECOND FROM CREATED TO LOCALTIMESTAMP));
-                IF (COALESCE(CLAIM_EXPIRES > LOCALTIMESTAMP, FALSE)
-                    OR COALESCE(EVENT BETWEEN LEASE_FIRST AND LEASE_LAST, FALSE)) THEN
-                    IN_FLIGHT = IN_FLIGHT + 1;
-                ELSE IF (ERROR_LOGGED) THEN
-                    FAILED = FAILED + 1;
-                ELSE
-                    PENDING = PENDING + 1;
-            END
-        END
-        LIVE_MORE = WALKED > MAX_COUNTED;
-        SELECT COUNT(*) FROM (SELECT FIRST (:MAX_COUNTED + 1) 1 AS ONE FROM EVENT_LOG
-                              WHERE SUB_ID = :SUB_ID AND DEAD = TRUE)
-        INTO :DEAD;
-        DEAD_MORE = DEAD > MAX_COUNTED;
-        IF (DEAD_MORE) THEN
-            DEAD = MAX_COUNTED;
-        SUSPEND;
-    END
-END;
 
 -- name: stats
 -- Per subscription and minute from the minute ? on: events handled, failed
@@ -127,9 +64,9 @@ WHERE l.EVENT_ID = ?;
 SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
 
 -- name: retry_failed
--- A failed event waiting for its retry is made due now.
-UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = LOCALTIMESTAMP
-WHERE EVENT_ID = ? AND DEAD = FALSE AND LAST_ERROR IS NOT NULL;
+-- A failed event waiting for its retry, and in no worker's hands, is made due now.
+UPDATE EVENT_LOG l SET NEXT_ATTEMPT_AT = LOCALTIMESTAMP
+WHERE l.EVENT_ID = ? AND l.DEAD = FALSE AND l.LAST_ERROR IS NOT NULL AND NOT {{held}};
 
 -- name: retry_dead
 UPDATE EVENT_LOG
@@ -142,4 +79,6 @@ SET DEAD = FALSE, DEAD_AT = NULL, ATTEMPTS = 0, NEXT_ATTEMPT_AT = NULL, LAST_ERR
 WHERE SUB_ID = ? AND DEAD = TRUE;
 
 -- name: discard
-DELETE FROM EVENT_LOG WHERE EVENT_ID = ?;
+-- A failed or dead event in no worker's hands.
+DELETE FROM EVENT_LOG l
+WHERE l.EVENT_ID = ? AND (l.DEAD OR l.LAST_ERROR IS NOT NULL) AND NOT {{held}};

@@ -1,44 +1,65 @@
 -- name: queue_depth
--- Per subscription: its live events, pending and in flight (claimed by a
--- parallel worker, or in the batch an ordered one has in hand), and the age
--- of the oldest in ms. Each subscription's events are walked on the claim
--- index, in log order, and counting stops after the first MAX_COUNTED: the
--- cost of a refresh does not grow with the length of the log.
+-- Per subscription: its live events walked in log order on the claim index
+-- up to MAX_COUNTED (LIVE_MORE: there are more), split into pending, in
+-- flight (claimed by a parallel worker, or in the batch an ordered one has
+-- in hand) and failed (waiting for a retry); its dead events counted up to
+-- MAX_COUNTED (DEAD_MORE); the oldest live event's age in ms. The cost of a
+-- refresh does not grow with the length of the log. Read by the metrics
+-- endpoint, the listener's backlog samples and the console's overview.
 EXECUTE BLOCK (MAX_COUNTED INTEGER = ?)
 RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(1) CHARACTER SET ASCII,
-         TAG VARCHAR(40) CHARACTER SET ASCII, PENDING INTEGER, IN_FLIGHT INTEGER, OLDEST_MS BIGINT)
+         TAG VARCHAR(40) CHARACTER SET ASCII, PENDING INTEGER, IN_FLIGHT INTEGER, OLDEST_MS BIGINT,
+         FAILED INTEGER, DEAD INTEGER, ACTIVE BOOLEAN, PAUSED BOOLEAN, LIVE_MORE BOOLEAN, DEAD_MORE BOOLEAN)
 AS
 DECLARE EVENT BIGINT;
 DECLARE CREATED TIMESTAMP;
 DECLARE CLAIM_EXPIRES TIMESTAMP;
+DECLARE ERROR_LOGGED BOOLEAN;
 DECLARE LEASE_FIRST BIGINT;
 DECLARE LEASE_LAST BIGINT;
+DECLARE WALKED INTEGER;
 BEGIN
-    FOR SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID
-        INTO :SUB_ID, :TABLE_NAME, :ACTION, :TAG
+    FOR SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID
+        INTO :SUB_ID, :TABLE_NAME, :ACTION, :TAG, :ACTIVE, :PAUSED
     DO
     BEGIN
         PENDING = 0;
         IN_FLIGHT = 0;
+        FAILED = 0;
+        WALKED = 0;
         OLDEST_MS = NULL;
         LEASE_FIRST = NULL;
         LEASE_LAST = NULL;
         SELECT FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
         WHERE SUB_ID = :SUB_ID AND HOLDER IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP
         INTO :LEASE_FIRST, :LEASE_LAST;
-        FOR SELECT FIRST (:MAX_COUNTED) EVENT_ID, CREATED_AT, CLAIM_EXPIRES_AT FROM EVENT_LOG
+        FOR SELECT FIRST (:MAX_COUNTED + 1) EVENT_ID, CREATED_AT, CLAIM_EXPIRES_AT, LAST_ERROR IS NOT NULL
+            FROM EVENT_LOG
             WHERE SUB_ID = :SUB_ID AND DEAD = FALSE
-            ORDER BY EVENT_ID
-            INTO :EVENT, :CREATED, :CLAIM_EXPIRES
+            ORDER BY SUB_ID, DEAD, EVENT_ID
+            INTO :EVENT, :CREATED, :CLAIM_EXPIRES, :ERROR_LOGGED
         DO
         BEGIN
-            OLDEST_MS = COALESCE(OLDEST_MS, DATEDIFF(MILLISECOND FROM CREATED TO LOCALTIMESTAMP));
-            IF (COALESCE(CLAIM_EXPIRES > LOCALTIMESTAMP, FALSE)
-                OR COALESCE(EVENT BETWEEN LEASE_FIRST AND LEASE_LAST, FALSE)) THEN
-                IN_FLIGHT = IN_FLIGHT + 1;
-            ELSE
-                PENDING = PENDING + 1;
+            WALKED = WALKED + 1;
+            IF (WALKED <= MAX_COUNTED) THEN
+            BEGIN
+                OLDEST_MS = COALESCE(OLDEST_MS, DATEDIFF(MILLISECOND FROM CREATED TO LOCALTIMESTAMP));
+                IF (COALESCE(CLAIM_EXPIRES > LOCALTIMESTAMP, FALSE)
+                    OR COALESCE(EVENT BETWEEN LEASE_FIRST AND LEASE_LAST, FALSE)) THEN
+                    IN_FLIGHT = IN_FLIGHT + 1;
+                ELSE IF (ERROR_LOGGED) THEN
+                    FAILED = FAILED + 1;
+                ELSE
+                    PENDING = PENDING + 1;
+            END
         END
+        LIVE_MORE = WALKED > MAX_COUNTED;
+        SELECT COUNT(*) FROM (SELECT FIRST (:MAX_COUNTED + 1) 1 AS ONE FROM EVENT_LOG
+                              WHERE SUB_ID = :SUB_ID AND DEAD = TRUE)
+        INTO :DEAD;
+        DEAD_MORE = DEAD > MAX_COUNTED;
+        IF (DEAD_MORE) THEN
+            DEAD = MAX_COUNTED;
         SUSPEND;
     END
 END;

@@ -64,3 +64,25 @@ def test_a_running_listener_stops_at_its_next_claim_and_goes_on_in_order(items, 
     wait_until(lambda: remaining(items) == 0, what="the paused events")
     keys = [line["key"] for line in listener.lines() if line["phase"] == "done"]
     assert keys == [1, 2, 3, 4, 5, 6]
+
+
+def test_resume_and_retry_wake_a_listener_that_polls_rarely(items, tmp_path, listeners) -> None:
+    """--poll 60: what `subs resume` and `subs retry` make claimable is claimed
+    at once, because they post the tag's Firebird event."""
+    subs = Subs(items)
+    subs.ok("remove", "items", "UD", "rec", "--purge")
+    listener = Listener(items, tmp_path, "--workers", "1", "--max-attempts", "1", "--poll", "60")
+    listeners.append(listener)
+    subs.ok("pause", "items", "I", "rec")
+    insert(items, 1, 2)
+    time.sleep(1.0)
+    assert handled(listener.lines()) == []
+    subs.ok("resume", "items", "I", "rec")
+    wait_until(lambda: remaining(items) == 0, timeout=10, what="the resumed events, well before the next poll")
+    flag = tmp_path / "record.jsonl.fail"
+    flag.touch()
+    insert(items, 3, 1, "fail_flagged")
+    wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(1,)], what="the event to die")
+    flag.unlink()
+    subs.ok("retry", "--all")
+    wait_until(lambda: remaining(items) == 0, timeout=10, what="the retried event, well before the next poll")

@@ -16,6 +16,7 @@ import pytest
 
 from subscriptions.db.connection import Database
 from subscriptions.delivery import stats
+from subscriptions.ops import console
 
 from conftest import Subs, assert_one_line_error, execute, query, state
 from listening import Listener, insert
@@ -366,3 +367,13 @@ def test_two_listeners_record_their_own_rows_and_readers_sum_them(db: Database) 
     stats.record(db, "host:1", {(1, minute): [1, 0, 0]})
     rows = query(db.settings, "SELECT TRIM(RECORDER), HANDLED, FAILED, DEAD FROM EVENT_STATS ORDER BY 1")
     assert rows == [("host:1", 4, 1, 0), ("host:2", 2, 0, 1)]
+
+
+def test_counts_stop_at_the_bound_and_say_so(items, db: Database) -> None:
+    insert(items, 1, 5)
+    execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID <= 4")
+    insert(items, 6, 6)
+    inserts = console.overview(db, max_counted=3)[0]
+    assert (inserts.pending, inserts.dead, inserts.at_least) == (3, 3, ("pending", "in_flight", "failed", "dead"))
+    inserts = console.overview(db, max_counted=10)[0]
+    assert (inserts.pending, inserts.dead, inserts.at_least) == (7, 4, ())

@@ -10,19 +10,9 @@ import click
 from subscriptions.events import json_default
 from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, problems, read_status
-from subscriptions.ops.text_table import render
+from subscriptions.ops.text_table import describe_age, render
 
 from . import app, cli, open_database
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
@@ -56,7 +46,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
                     r.in_flight,
                     r.failed,
                     r.dead,
-                    _age(r.oldest_pending_age),
+                    describe_age(r.oldest_pending_age),
                     r.capture if r.active else "-",
                     r.backfill.describe() if r.backfill else "-",
                 )

@@ -20,7 +20,9 @@ def _bind(host: str, port: int) -> socket.socket:
     use is a one-line error (and --port 0 picks a free one)."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say
+        # so, and without it every keep-alive response waits 40 ms for an ACK.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)  # connections wait in the backlog until the server accepts them
@@ -41,7 +43,7 @@ def _bind(host: str, port: int) -> socket.socket:
 )
 @click.option("--read-only", is_flag=True, help="Show everything, refuse every action (403).")
 @click.option(
-    "--log-level", default="info", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
+    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
 )
 @click.pass_context
 def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: bool, log_level: str) -> None:

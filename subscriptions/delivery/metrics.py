@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from firebird.driver import Cursor
+
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 
@@ -76,6 +78,11 @@ def minute_of(timestamp: float) -> int:
 
 @dataclass(frozen=True)
 class QueueDepth:
+    """A subscription's live events, counted up to a bound: ``pending`` (not
+    failed, not in flight), ``in_flight``, ``failed`` (waiting for a
+    retry), and its ``dead`` ones; ``live_more`` and ``dead_more`` say a
+    count stopped at the bound."""
+
     sub_id: int
     table: str
     action: str
@@ -83,17 +90,32 @@ class QueueDepth:
     pending: int
     in_flight: int
     oldest_seconds: float | None
+    failed: int = 0
+    dead: int = 0
+    active: bool = True
+    paused: bool = False
+    live_more: bool = False
+    dead_more: bool = False
+
+    @property
+    def waiting(self) -> int:
+        """Live events not in flight: pending and failed ones."""
+        return self.pending + self.failed
+
+
+def queue_depths(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[QueueDepth]:
+    """Every subscription's queue depth, each count stopping at ``max_counted``."""
+    cursor.execute(sql.load("metrics")["queue_depth"], (max_counted,))
+    depths = []
+    for sub_id, table, action, tag, pending, in_flight, oldest_ms, *counts_and_flags in cursor.fetchall():
+        oldest = None if oldest_ms is None else oldest_ms / 1000
+        depths.append(QueueDepth(sub_id, table, action, tag, pending, in_flight, oldest, *counts_and_flags))
+    return depths
 
 
 def read_queue_depth(db: Database, max_counted: int = MAX_COUNTED) -> list[QueueDepth]:
-    """Per subscription, its pending and in-flight events (each counted up to
-    ``max_counted``) and the age of its oldest live event."""
     with db.transaction() as cursor:
-        cursor.execute(sql.load("metrics")["queue_depth"], (max_counted,))
-        return [
-            QueueDepth(sub_id, table, action, tag, pending, in_flight, None if oldest is None else oldest / 1000)
-            for sub_id, table, action, tag, pending, in_flight, oldest in cursor.fetchall()
-        ]
+        return queue_depths(cursor, max_counted)
 
 
 class Metrics:
@@ -141,7 +163,7 @@ class Metrics:
                     "table": depth.table,
                     "action": depth.action,
                     "tag": depth.tag,
-                    "pending": depth.pending,
+                    "pending": depth.waiting,
                     "in_flight": depth.in_flight,
                     "lag": depth.oldest_seconds or 0.0,
                 }

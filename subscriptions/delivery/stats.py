@@ -46,7 +46,7 @@ def record_backlog(db: Database, recorder: str) -> None:
         cursor.execute(statements["server_time"])
         minute = cursor.fetchone()[0].replace(second=0, microsecond=0)
         for depth in depths:
-            cursor.execute(statements["backlog"], (minute, depth.sub_id, recorder, depth.pending + depth.in_flight))
+            cursor.execute(statements["backlog"], (minute, depth.sub_id, recorder, depth.waiting + depth.in_flight))
 
 
 def prune(db: Database, keep_minutes: int = KEEP_MINUTES) -> None:

@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from firebird.driver import Cursor
 
 from subscriptions.capture.names import check_tag
+from subscriptions.capture.subscribers import wake
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError
 
 
 def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, everything: bool = False) -> int:
-    """Re-queue dead events (attempts start again from 1); unknown ids are an
-    error and nothing is changed."""
+    """Re-queue dead events (attempts start again from 1) and wake their
+    listeners; unknown ids are an error and nothing is changed."""
     statements = sql.load("repair")
     if sum((bool(ids), tag is not None, everything)) != 1:
         raise SubsError("say which dead events to retry: event ids, --tag TAG, or --all")
@@ -31,12 +32,19 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
                 raise SubsError(f"no dead event with id {', '.join(missing)}; `subs dead` lists them")
             for event_id in ids:
                 cursor.execute(statements["retry_id"], (event_id,))
-            return len(ids)
-        if tag is not None:
+            count = len(ids)
+        elif tag is not None:
             cursor.execute(statements["retry_tag"], (check_tag(tag),))
+            count = int(cursor.affected_rows)
         else:
             cursor.execute(statements["retry_all"])
-        return int(cursor.affected_rows)
+            count = int(cursor.affected_rows)
+        if count:
+            cursor.execute(statements["tags"])
+            for (subscribed,) in cursor.fetchall():
+                if tag is None or subscribed == tag:
+                    wake(cursor, subscribed)
+        return count
 
     return db.run(work)
 

@@ -34,6 +34,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import json_default
 from subscriptions.ops import console
+from subscriptions.ops.text_table import describe_age
 
 from .charts import chart
 from .security import Access, Guard, Refused, check_csrf
@@ -97,19 +98,9 @@ def _templates() -> Jinja2Templates:
     templates.env.filters["count"] = lambda summary, name: (
         f"{getattr(summary, name):,}" + ("+" if name in summary.at_least else "")
     )
-    templates.env.filters["age"] = _age
+    templates.env.filters["age"] = describe_age
     templates.env.globals["htmx"] = HTMX
     return templates
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _number(request: Request, name: str) -> int | None:
@@ -192,8 +183,8 @@ class Console:
     def events(self, request: Request) -> Response:
         """A page of events; a bad filter is shown on the page, with no events."""
 
-        def work(db: Database) -> tuple[console.EventPage, list[console.SubscriptionSummary]]:
-            return console.events(db, chosen, limit=limit, after=after), console.overview(db, max_counted=0)
+        def work(db: Database) -> tuple[console.EventPage, dict[int, console.SubscriptionName]]:
+            return console.events(db, chosen, limit=limit, after=after), console.subscriptions(db)
 
         chosen = console.EventFilter()
         try:
@@ -205,7 +196,7 @@ class Console:
         except Refused as refused:
             if refused.status != 400:
                 raise
-            page, subscriptions = console.EventPage([], None), self.read(lambda db: console.overview(db, 0))
+            page, subscriptions = console.EventPage([], None), self.read(console.subscriptions)
             error = refused.message
         return self.page(
             request,
@@ -213,14 +204,14 @@ class Console:
             page=page,
             chosen=chosen,
             error=error,
-            subscriptions={s.id: s for s in subscriptions},
+            subscriptions=subscriptions,
             next_query=_with(request, after=page.next) if page.next else None,
         )
 
     def event(self, request: Request) -> Response:
         event_id = int(request.path_params["event_id"])
 
-        def work(db: Database) -> tuple[console.LoggedEvent, console.SubscriptionSummary]:
+        def work(db: Database) -> tuple[console.LoggedEvent, console.SubscriptionName]:
             found = console.event(db, event_id)
             return found, console.subscription(db, found.subscription)
 
