@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.delivery import stats
 from subscriptions.ops import console
@@ -373,7 +374,40 @@ def test_counts_stop_at_the_bound_and_say_so(items, db: Database) -> None:
     insert(items, 1, 5)
     execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID <= 4")
     insert(items, 6, 6)
-    inserts = console.overview(db, max_counted=3)[0]
-    assert (inserts.pending, inserts.dead, inserts.at_least) == (3, 3, ("pending", "in_flight", "failed", "dead"))
-    inserts = console.overview(db, max_counted=10)[0]
+    with db.transaction(console.read_only_tpb()) as cursor:
+        inserts = console.overview(cursor, max_counted=3)[0]
+        assert (inserts.pending, inserts.dead, inserts.at_least) == (3, 3, ("pending", "in_flight", "failed", "dead"))
+        inserts = console.overview(cursor, max_counted=10)[0]
     assert (inserts.pending, inserts.dead, inserts.at_least) == (7, 4, ())
+
+
+def test_two_listeners_together_count_every_event_once(items, tmp_path: Path, db: Database) -> None:
+    insert(items, 1, 300, "sleep0.01")  # 3 s for one listener: the other joins in
+    first = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "5")
+    second = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "5")
+    assert first.finish() == 0 and second.finish() == 0
+    recorders = query(items, "SELECT COUNT(DISTINCT RECORDER), SUM(HANDLED) FROM EVENT_STATS")
+    assert recorders == [(2, 300)]
+    with db.transaction(console.read_only_tpb()) as cursor:
+        history = console.stats(cursor, 5)
+    assert sum(minute.handled for minute in history[1]) == 300
+
+
+@pytest.mark.parametrize(
+    ("file", "block", "index"),
+    [
+        ("console", "subscription_events", "L ORDER IX_EVENT_LOG_QUEUE"),
+        ("console", "row_events", "L ORDER IX_EVENT_LOG_KEY"),
+        ("metrics", "queue_depth", "EVENT_LOG ORDER IX_EVENT_LOG_QUEUE"),
+    ],
+)
+def test_lists_and_counts_walk_an_index_from_their_cursor(db: Database, file: str, block: str, index: str) -> None:
+    """Pages cost the same whatever the length of the log: no list or count
+    reads EVENT_LOG in natural order (a scan) or sorts it."""
+    with db.transaction() as cursor:
+        statement = cursor.prepare(sql.load(file)[block])
+        try:
+            plan = statement.plan
+        finally:
+            statement.free()
+    assert index in plan and "NATURAL" not in plan and "SORT" not in plan, plan

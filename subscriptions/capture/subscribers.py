@@ -219,17 +219,13 @@ def set_paused(db: Database, table_typed: str, actions_typed: str, tag: str, pau
     return db.run(work)
 
 
-def set_paused_by_id(db: Database, sub_id: int, paused: bool) -> Change:
-    """``set_paused`` for the active subscription ``sub_id``."""
-
-    def work(cursor: Cursor) -> Change:
-        cursor.execute(sql.load("subscribers")["by_id"], (sub_id,))
-        row = cursor.fetchone()
-        if row is None or not row[6]:
-            raise SubsError(f"there is no active subscription {sub_id}; `subs list` shows the subscriptions")
-        return _set_paused(cursor, subscription_from_row(row), paused)
-
-    return db.run(work)
+def set_paused_in(cursor: Cursor, sub_id: int, paused: bool) -> Change:
+    """``set_paused`` for the active subscription ``sub_id``, in the caller's transaction."""
+    cursor.execute(sql.load("subscribers")["by_id"], (sub_id,))
+    row = cursor.fetchone()
+    if row is None or not row[6]:
+        raise SubsError(f"there is no active subscription {sub_id}; `subs list` shows the subscriptions")
+    return _set_paused(cursor, subscription_from_row(row), paused)
 
 
 def _set_paused(cursor: Cursor, subscription: Subscription, paused: bool) -> Change:

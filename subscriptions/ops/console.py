@@ -1,9 +1,10 @@
 """What the console shows and does (`subs web`): one query layer under both
 its pages and its JSON API (sql/console.sql).
 
-Every call is one short transaction: read-only READ COMMITTED for what is
-read, so a refresh never holds back the server's garbage collection, and a
-NO WAIT one for actions, which give way to a worker that holds the event.
+Reads take a cursor, so that a page's reads share one short transaction
+(``read_only_tpb``: READ COMMITTED read-only, which never holds back the
+server's garbage collection); each action is one NO WAIT transaction of its
+own, which gives way to a worker that holds the event.
 Nothing counts a whole log (see console.sql), so the cost of a page does not
 grow with the backlog.
 """
@@ -126,14 +127,9 @@ class EventFilter:
             raise SubsError("a key search needs the subscription or the table the key belongs to")
 
 
-def _read(db: Database) -> Any:
-    return db.transaction(read_only_tpb())
-
-
-def overview(db: Database, max_counted: int = MAX_COUNTED) -> list[SubscriptionSummary]:
-    with _read(db) as cursor:
-        depths = queue_depths(cursor, max_counted)
-        states = capture_states(cursor, {depth.table for depth in depths if depth.active})
+def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[SubscriptionSummary]:
+    depths = queue_depths(cursor, max_counted)
+    states = capture_states(cursor, {depth.table for depth in depths if depth.active})
     return [
         SubscriptionSummary(
             id=depth.sub_id,
@@ -164,24 +160,21 @@ class MinuteStats:
     backlog: int | None  # as a listener saw it in that minute; None: none ran
 
 
-def stats(db: Database, minutes: int = 60) -> dict[int, list[MinuteStats]]:
+def stats(cursor: Cursor, minutes: int = 60) -> dict[int, list[MinuteStats]]:
     """Per subscription, one entry per minute of the last ``minutes`` (the
     current one last), zeros where nothing was recorded."""
     if not 1 <= minutes <= MAX_STATS_MINUTES:
         raise SubsError(f"minutes must be between 1 and {MAX_STATS_MINUTES}, not {minutes}")
     statements = sql.load("console")
-    with _read(db) as cursor:
-        cursor.execute(statements["server_minute"])
-        now = cursor.fetchone()[0].replace(second=0, microsecond=0)
-        cursor.execute(statements["subscriptions"])
-        sub_ids = [row[0] for row in cursor.fetchall()]
-        axis = [now - dt.timedelta(minutes=back) for back in range(minutes - 1, -1, -1)]
-        cursor.execute(statements["stats"], (axis[0],))
-        recorded = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
+    cursor.execute(statements["server_minute"])
+    now = cursor.fetchone()[0].replace(second=0, microsecond=0)
+    axis = [now - dt.timedelta(minutes=back) for back in range(minutes - 1, -1, -1)]
+    cursor.execute(statements["stats"], (axis[0],))
+    recorded = {(row[0], row[1]): row[2:] for row in cursor.fetchall()}
     empty = (0, 0, 0, None)
     return {
         sub_id: [MinuteStats(minute, *_minute(recorded.get((sub_id, minute), empty))) for minute in axis]
-        for sub_id in sub_ids
+        for sub_id in subscriptions(cursor)
     }
 
 
@@ -219,7 +212,7 @@ def _event(row: Sequence[Any], claim_expires_at: dt.datetime | None = None) -> L
     )
 
 
-def events(db: Database, chosen: EventFilter, *, limit: int = PAGE_SIZE, after: int = 0) -> EventPage:
+def events(cursor: Cursor, chosen: EventFilter, *, limit: int = PAGE_SIZE, after: int = 0) -> EventPage:
     """A page of events in log order after the cursor ``after``: one walk
     of an index per subscription (and live/dead), or per tag for a key,
     each at most ``limit + 1`` long, merged."""
@@ -229,40 +222,30 @@ def events(db: Database, chosen: EventFilter, *, limit: int = PAGE_SIZE, after: 
     statements = sql.load("console")
     like = STATES[chosen.state] if chosen.state else "%"
     rows: list[Sequence[Any]] = []
-    with _read(db) as cursor:
-        targets = _subscriptions(cursor, chosen)
-        if chosen.key:
-            table, captured = row_key(cursor, chosen.table or targets[0][1], chosen.key)
-            for tag in sorted({tag for _, sub_table, tag in targets if sub_table == table}):
-                cursor.execute(
-                    statements["row_events"],
-                    (
-                        limit + 1,
-                        key_hash(cursor, table, tag, captured),
-                        captured,
-                        after,
-                        table,
-                        chosen.subscription,
-                        chosen.subscription,
-                        like,
-                    ),
-                )
+    targets = _subscriptions(cursor, chosen)
+    if chosen.key:
+        table, captured = row_key(cursor, chosen.table or targets[0][1], chosen.key)
+        for tag in sorted({tag for _, sub_table, tag in targets if sub_table == table}):
+            row_hash = key_hash(cursor, table, tag, captured)
+            cursor.execute(
+                statements["row_events"],
+                (limit + 1, row_hash, captured, after, table, chosen.subscription, chosen.subscription, like),
+            )
+            rows.extend(cursor.fetchall())
+    else:
+        deads = [chosen.state == "dead"] if chosen.state else [False, True]
+        for sub_id, _, _ in targets:
+            for dead in deads:
+                cursor.execute(statements["subscription_events"], (limit + 1, sub_id, dead, after, like))
                 rows.extend(cursor.fetchall())
-        else:
-            deads = [chosen.state == "dead"] if chosen.state else [False, True]
-            for sub_id, _, _ in targets:
-                for dead in deads:
-                    cursor.execute(statements["subscription_events"], (limit + 1, sub_id, dead, after, like))
-                    rows.extend(cursor.fetchall())
-        rows.sort(key=lambda row: int(row[0]))
-        page = [_event(row) for row in rows[:limit]]
+    rows.sort(key=lambda row: int(row[0]))
+    page = [_event(row) for row in rows[:limit]]
     return EventPage(page, page[-1].id if len(rows) > limit else None)
 
 
 def _subscriptions(cursor: Cursor, chosen: EventFilter) -> list[tuple[int, str, str]]:
     """(id, table, tag) of the subscriptions a filter covers."""
-    cursor.execute(sql.load("console")["subscriptions"])
-    every = [(sub_id, table, tag) for sub_id, table, _, tag, _, _ in cursor.fetchall()]
+    every = [(s.id, s.table, s.tag) for s in subscriptions(cursor).values()]
     if chosen.subscription is not None:
         chosen_ones = [target for target in every if target[0] == chosen.subscription]
         if not chosen_ones:
@@ -271,13 +254,12 @@ def _subscriptions(cursor: Cursor, chosen: EventFilter) -> list[tuple[int, str, 
     return every
 
 
-def event(db: Database, event_id: int) -> LoggedEvent:
-    with _read(db) as cursor:
-        cursor.execute(sql.load("console")["event"], (event_id,))
-        row = cursor.fetchone()
-        if row is None:
-            raise NotFound(f"there is no event {event_id}; it was handled or discarded, or never existed")
-        return _event(row[:-1], row[-1])
+def event(cursor: Cursor, event_id: int) -> LoggedEvent:
+    cursor.execute(sql.load("console")["event"], (event_id,))
+    row = cursor.fetchone()
+    if row is None:
+        raise NotFound(f"there is no event {event_id}; it was handled or discarded, or never existed")
+    return _event(row[:-1], row[-1])
 
 
 @dataclass(frozen=True)
@@ -292,14 +274,13 @@ class SubscriptionName:
     paused: bool
 
 
-def subscriptions(db: Database) -> dict[int, SubscriptionName]:
-    with _read(db) as cursor:
-        cursor.execute(sql.load("console")["subscriptions"])
-        return {row[0]: SubscriptionName(*row) for row in cursor.fetchall()}
+def subscriptions(cursor: Cursor) -> dict[int, SubscriptionName]:
+    cursor.execute(sql.load("console")["subscriptions"])
+    return {row[0]: SubscriptionName(*row) for row in cursor.fetchall()}
 
 
-def subscription(db: Database, sub_id: int) -> SubscriptionName:
-    found = subscriptions(db).get(sub_id)
+def subscription(cursor: Cursor, sub_id: int) -> SubscriptionName:
+    found = subscriptions(cursor).get(sub_id)
     if found is None:
         raise NotFound(f"there is no subscription {sub_id}")
     return found
@@ -308,24 +289,16 @@ def subscription(db: Database, sub_id: int) -> SubscriptionName:
 # -- actions: each returns what it did, in a sentence -------------------------------
 
 
-def _act(db: Database, work: Any) -> str:
+def _act(db: Database, work: Callable[[Cursor], str]) -> str:
     """Run an action in one NO WAIT transaction; a worker's concurrent claim
     or settlement of the same rows makes it give way with a message."""
     try:
         with db.transaction(nowait_tpb()) as cursor:
-            return cast(str, work(cursor))
+            return work(cursor)
     except DatabaseError as exc:
         if is_conflict(exc):
             raise SubsError("a listener is working on it right now; try again in a moment") from None
         raise
-
-
-def _tag_of(cursor: Cursor, sub_id: int) -> str:
-    cursor.execute(sql.load("console")["subscriptions"])
-    for found, _, _, tag, _, _ in cursor.fetchall():
-        if found == sub_id:
-            return str(tag)
-    raise NotFound(f"there is no subscription {sub_id}")
 
 
 def _on_failed_event(
@@ -338,13 +311,13 @@ def _on_failed_event(
     """Run the statement named by ``statement(event)`` on one failed or dead
     event that no worker holds (the statement checks that again, in case the
     event moved on meanwhile), then ``then``, which says what was done."""
-    current = event(db, event_id)
-    if current.in_flight:
-        raise SubsError(f"event {event_id} is being handled right now; it can be {verb} if it fails")
-    if current.state == "pending":
-        raise SubsError(f"event {event_id} has not failed: only failed and dead events can be {verb}")
 
     def work(cursor: Cursor) -> str:
+        current = event(cursor, event_id)
+        if current.in_flight:
+            raise SubsError(f"event {event_id} is being handled right now; it can be {verb} if it fails")
+        if current.state == "pending":
+            raise SubsError(f"event {event_id} has not failed: only failed and dead events can be {verb}")
         cursor.execute(sql.load("console")[statement(current)], (event_id,))
         if not cursor.affected_rows:
             raise SubsError(f"event {event_id} changed meanwhile; look at it again")
@@ -358,7 +331,7 @@ def retry(db: Database, event_id: int) -> str:
     made due now. Either way its listeners are woken."""
 
     def then(cursor: Cursor, current: LoggedEvent) -> str:
-        subscribers.wake(cursor, _tag_of(cursor, current.subscription))
+        subscribers.wake(cursor, subscription(cursor, current.subscription).tag)
         if current.state == "dead":
             return f"event {event_id} is queued again; its attempts start again from 1"
         return f"event {event_id} is due for its next attempt now"
@@ -382,7 +355,7 @@ def retry_dead(db: Database, sub_id: int) -> str:
     """Queue every dead event of a subscription again."""
 
     def work(cursor: Cursor) -> str:
-        tag = _tag_of(cursor, sub_id)
+        tag = subscription(cursor, sub_id).tag
         cursor.execute(sql.load("console")["retry_dead_of_subscription"], (sub_id,))
         count = cursor.affected_rows
         if count:
@@ -394,10 +367,14 @@ def retry_dead(db: Database, sub_id: int) -> str:
 
 def set_paused(db: Database, sub_id: int, paused: bool) -> str:
     """Pause or resume one subscription (see capture/subscribers.set_paused)."""
-    subscription(db, sub_id)  # NotFound for an unknown one
-    change = subscribers.set_paused_by_id(db, sub_id, paused)
-    target = change.subscription
-    name = f"subscription {sub_id} ({target.table} {target.action} {target.tag})"
-    if change.outcome == "unchanged":
-        return f"{name} was already {'paused' if paused else 'running'}"
-    return f"{name} is {change.outcome}"
+
+    def work(cursor: Cursor) -> str:
+        subscription(cursor, sub_id)  # NotFound for an unknown one
+        change = subscribers.set_paused_in(cursor, sub_id, paused)
+        target = change.subscription
+        name = f"subscription {sub_id} ({target.table} {target.action} {target.tag})"
+        if change.outcome == "unchanged":
+            return f"{name} was already {'paused' if paused else 'running'}"
+        return f"{name} is {change.outcome}"
+
+    return _act(db, work)

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
 
-from firebird.driver import DatabaseError
+from firebird.driver import Cursor, DatabaseError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -134,7 +134,11 @@ class Console:
         self.attachments = Attachments(settings)
         self.templates = _templates()
 
-    def read(self, work: Callable[[Database], Any]) -> Any:
+    def read(self, work: Callable[[Cursor], Any]) -> Any:
+        """Run ``work`` in one read-only transaction on a pooled attachment."""
+        return self.run(lambda db: _in_read_only_transaction(db, work))
+
+    def run(self, work: Callable[[Database], Any]) -> Any:
         """Run ``work`` on a pooled attachment; the query layer's refusals
         become HTTP answers."""
         try:
@@ -167,9 +171,9 @@ class Console:
     # -- pages ---------------------------------------------------------------------------
 
     def _figures(self) -> dict[str, Any]:
-        def work(db: Database) -> dict[str, Any]:
-            summaries = console.overview(db)
-            history = console.stats(db, 60)
+        def work(cursor: Cursor) -> dict[str, Any]:
+            summaries = console.overview(cursor)
+            history = console.stats(cursor, 60)
             return {"summaries": summaries, "charts": {s.id: chart(history.get(s.id, [])) for s in summaries}}
 
         return dict(self.read(work))
@@ -183,8 +187,8 @@ class Console:
     def events(self, request: Request) -> Response:
         """A page of events; a bad filter is shown on the page, with no events."""
 
-        def work(db: Database) -> tuple[console.EventPage, dict[int, console.SubscriptionName]]:
-            return console.events(db, chosen, limit=limit, after=after), console.subscriptions(db)
+        def work(cursor: Cursor) -> tuple[console.EventPage, dict[int, console.SubscriptionName]]:
+            return console.events(cursor, chosen, limit=limit, after=after), console.subscriptions(cursor)
 
         chosen = console.EventFilter()
         try:
@@ -211,9 +215,9 @@ class Console:
     def event(self, request: Request) -> Response:
         event_id = int(request.path_params["event_id"])
 
-        def work(db: Database) -> tuple[console.LoggedEvent, console.SubscriptionName]:
-            found = console.event(db, event_id)
-            return found, console.subscription(db, found.subscription)
+        def work(cursor: Cursor) -> tuple[console.LoggedEvent, console.SubscriptionName]:
+            found = console.event(cursor, event_id)
+            return found, console.subscription(cursor, found.subscription)
 
         try:
             found, subscription = self.read(work)
@@ -236,16 +240,16 @@ class Console:
         chosen = _filter(request)
         limit = _number_or(request, "limit", console.PAGE_SIZE)
         after = _number_or(request, "after", 0)
-        page = self.read(lambda db: console.events(db, chosen, limit=limit, after=after))
+        page = self.read(lambda cursor: console.events(cursor, chosen, limit=limit, after=after))
         return ApiResponse({"events": [e.as_dict() for e in page.events], "next": page.next})
 
     def api_event(self, request: Request) -> Response:
         event_id = int(request.path_params["event_id"])
-        return ApiResponse(self.read(lambda db: console.event(db, event_id)).as_dict())
+        return ApiResponse(self.read(lambda cursor: console.event(cursor, event_id)).as_dict())
 
     def api_stats(self, request: Request) -> Response:
         minutes = _number_or(request, "minutes", 60)
-        history: dict[int, list[console.MinuteStats]] = self.read(lambda db: console.stats(db, minutes))
+        history: dict[int, list[console.MinuteStats]] = self.read(lambda cursor: console.stats(cursor, minutes))
         axis = next(iter(history.values()), [])
         return ApiResponse(
             {
@@ -281,7 +285,7 @@ class Console:
         if action is None:
             raise Refused(404, f"there is no action {name!r}")
         try:
-            message = await run_in_threadpool(self.read, action)
+            message = await run_in_threadpool(self.run, action)
         except Refused as refused:
             status = 409 if refused.status == 400 else refused.status
             if "next" not in form:
@@ -292,6 +296,11 @@ class Console:
         response = RedirectResponse(_local(str(form["next"])), status_code=303)
         response.set_cookie(NOTICE_COOKIE, quote(message), httponly=True, samesite="strict", path="/", max_age=60)
         return response
+
+
+def _in_read_only_transaction(db: Database, work: Callable[[Cursor], Any]) -> Any:
+    with db.transaction(console.read_only_tpb()) as cursor:
+        return work(cursor)
 
 
 def _with(request: Request, **changes: object) -> str:
