@@ -20,7 +20,7 @@ import time
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import housekeeping
-from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 
 from .app import execute, insert_items, sql, subscribed_items
 from .config import Context, Sizes
@@ -71,9 +71,9 @@ def make_history(ctx: Context, engine: Engine) -> ItemsDb:
         claimer = Claimer(db, "bench", LEASE)
         (target,) = load_targets(db)
         began = time.perf_counter()
-        events = claimer.claim_head(target, 1)
+        events = claimer.claim_head([target], 1)
         first = time.perf_counter() - began
-        claimer.settle_head(target.sub_id, [e.id for e in events])
+        claimer.settle_head(stream_of(target), [e.id for e in events])
         began = time.perf_counter()
         if not housekeeping.rebuild_queue_index(db):
             raise RuntimeError("the claim index could not be rebuilt on an idle database")
@@ -95,9 +95,9 @@ def claim_cost(db: ItemsDb, kind: str, count: int) -> float:
         for _ in range(count):
             began = time.perf_counter()
             if kind == "claim_head":
-                events = claimer.claim_head(target, 1)
+                events = claimer.claim_head([target], 1)
                 times.append(time.perf_counter() - began)
-                claimer.settle_head(target.sub_id, [e.id for e in events])
+                claimer.settle_head(stream_of(target), [e.id for e in events])
             else:
                 events = claimer.claim({target.sub_id: target}, 1)
                 times.append(time.perf_counter() - began)

@@ -1,6 +1,6 @@
 -- Claiming events. A parallel claim sets CLAIMED_BY and a lease
 -- (CLAIM_EXPIRES_AT) on each event and counts the attempt; an ordered claim
--- (claim_head) leases the subscription instead. Events whose lease ran out
+-- (claim_head) leases the stream (a table's subscriptions of one tag) instead. Events whose lease ran out
 -- (crashed worker) are claimable again. A claim returns what handlers get of
 -- each event it claimed (claimed_columns, the one list of them), so a batch
 -- takes one statement. "?, ..." is a list of bound parameters.
@@ -108,71 +108,121 @@ BEGIN
 END;
 
 -- name: claim_head
--- Ordered mode: take the subscription's lease, then hand out its first
--- events, stopping at the first one that is not available (waiting for its
--- retry, or claimed by a parallel-mode worker), so nothing is ever handled
--- before an earlier event. The lease, not a write to every event, keeps other
--- consumers off the batch: EVENT_LEASE records the batch's first and last
--- event until the batch is settled. ATTEMPTS counts a delivery when it fails,
--- or, when the holder died with the batch in hand (its lease ran out), when
--- the next holder takes the lease over; the attempt handed out is ATTEMPTS + 1.
+-- Ordered mode: the next events of one stream, the subscriptions of one
+-- table and tag (its I, U and D) that are not paused, in log order. The
+-- batch stops at the stream's first event that is not available (waiting
+-- for its retry, or claimed by a parallel-mode worker), so nothing is ever
+-- handled before an earlier event of its stream, and where any of the
+-- stream's subscriptions' first MAX_ROWS events end (what comes after them
+-- was not read): up to MAX_ROWS events of each subscription, which the
+-- caller puts in log order. The stream's lease, not a write to every event,
+-- keeps other consumers off the batch: the EVENT_LEASE row of each of its
+-- subscriptions records the batch's first and last event until the batch
+-- is settled. The rows are taken in SUB_ID order; one another consumer took
+-- meanwhile undoes the whole claim (EVENT_STREAM_HELD). ATTEMPTS counts a
+-- delivery when it fails, or, when the holder died with the batch in hand
+-- (its lease ran out), when the next holder takes the lease over; the
+-- attempt handed out is ATTEMPTS + 1.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
-               THE_SUB INTEGER = ?)
+               STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?)
 RETURNS ({{claimed_outputs}})
 AS
+DECLARE THE_SUB INTEGER;
+DECLARE CANDIDATE BIGINT;
 DECLARE AVAILABLE BOOLEAN;
+DECLARE WALKED INTEGER;
+DECLARE STOP_AT BIGINT = 9223372036854775807;
+DECLARE HEAD BIGINT;
+DECLARE HEAD_AVAILABLE BOOLEAN;
 DECLARE LEFT_FIRST BIGINT;
 DECLARE LEFT_LAST BIGINT;
 DECLARE BATCH_FIRST BIGINT;
 DECLARE BATCH_LAST BIGINT;
 BEGIN
-    -- A paused subscription hands out nothing.
-    IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE SUB_ID = :THE_SUB AND PAUSED)) THEN
-        EXIT;
-    -- Nothing to hand out: leave the lease alone, so that an idle subscription
-    -- costs a read, not a write and a forced-write commit.
-    SELECT FIRST 1 (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-                   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-    FROM EVENT_LOG
-    WHERE SUB_ID = :THE_SUB AND DEAD = FALSE
-    ORDER BY EVENT_ID
-    INTO :AVAILABLE;
-    IF (AVAILABLE IS NOT TRUE) THEN
-        EXIT;
-    UPDATE EVENT_LEASE
-    SET HOLDER = :OWNER, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
-        FIRST_EVENT = NULL, LAST_EVENT = NULL
-    WHERE SUB_ID = :THE_SUB AND (HOLDER IS NULL OR EXPIRES_AT <= LOCALTIMESTAMP)
-    RETURNING OLD.FIRST_EVENT, OLD.LAST_EVENT INTO :LEFT_FIRST, :LEFT_LAST;
-    IF (ROW_COUNT = 0) THEN
-    BEGIN
-        IF (EXISTS (SELECT 1 FROM EVENT_LEASE WHERE SUB_ID = :THE_SUB)) THEN
-            EXIT;  -- another consumer has a batch of this subscription in hand
-        INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT)
-        VALUES (:THE_SUB, :OWNER, DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP));
-    END
-    IF (LEFT_FIRST IS NOT NULL) THEN
-        UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
-        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
-    FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}},
-               (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-        FROM EVENT_LOG
-        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE
-        ORDER BY EVENT_ID
-        INTO {{claimed_variables}}, :AVAILABLE
+    -- Where the batch stops (STOP_AT), and whether the stream's first live
+    -- event (HEAD) is available at all: when it is not, or there is none,
+    -- the leases are left alone, so an idle stream costs reads, not writes.
+    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+        ORDER BY SUB_ID
+        INTO :THE_SUB
     DO
     BEGIN
-        IF (AVAILABLE IS NOT TRUE) THEN LEAVE;
-        ATTEMPTS = ATTEMPTS + 1;
-        BATCH_FIRST = COALESCE(BATCH_FIRST, EVENT_ID);
-        BATCH_LAST = EVENT_ID;
-        SUSPEND;
+        WALKED = 0;
+        FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
+                   (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+                   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+            FROM EVENT_LOG
+            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID < :STOP_AT
+            ORDER BY SUB_ID, DEAD, EVENT_ID
+            INTO :CANDIDATE, :AVAILABLE
+        DO
+        BEGIN
+            WALKED = WALKED + 1;
+            IF (HEAD IS NULL OR CANDIDATE < HEAD) THEN
+            BEGIN
+                HEAD = CANDIDATE;
+                HEAD_AVAILABLE = AVAILABLE;
+            END
+            IF (AVAILABLE IS NOT TRUE) THEN
+            BEGIN
+                STOP_AT = CANDIDATE;
+                LEAVE;
+            END
+            IF (WALKED = MAX_ROWS) THEN
+                STOP_AT = CANDIDATE + 1;
+        END
     END
-    IF (BATCH_FIRST IS NULL) THEN
-        UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL WHERE SUB_ID = :THE_SUB;
-    ELSE
-        UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST WHERE SUB_ID = :THE_SUB;
+    IF (HEAD_AVAILABLE IS NOT TRUE) THEN
+        EXIT;
+    IF (EXISTS (SELECT 1 FROM EVENT_LEASE l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID
+                WHERE s.TABLE_NAME = :STREAM_TABLE AND s.TAG = :STREAM_TAG AND NOT s.PAUSED
+                  AND l.HOLDER IS NOT NULL AND l.EXPIRES_AT > LOCALTIMESTAMP)) THEN
+        EXIT;  -- another consumer has a batch of this stream in hand
+    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+        ORDER BY SUB_ID
+        INTO :THE_SUB
+    DO
+    BEGIN
+        LEFT_FIRST = NULL;
+        LEFT_LAST = NULL;
+        UPDATE EVENT_LEASE
+        SET HOLDER = :OWNER, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
+            FIRST_EVENT = NULL, LAST_EVENT = NULL
+        WHERE SUB_ID = :THE_SUB AND (HOLDER IS NULL OR EXPIRES_AT <= LOCALTIMESTAMP)
+        RETURNING OLD.FIRST_EVENT, OLD.LAST_EVENT INTO :LEFT_FIRST, :LEFT_LAST;
+        IF (ROW_COUNT = 0) THEN
+        BEGIN
+            IF (EXISTS (SELECT 1 FROM EVENT_LEASE WHERE SUB_ID = :THE_SUB)) THEN
+                EXCEPTION EVENT_STREAM_HELD;
+            INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT)
+            VALUES (:THE_SUB, :OWNER, DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP));
+        END
+        IF (LEFT_FIRST IS NOT NULL) THEN
+            UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
+            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
+    END
+    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+        ORDER BY SUB_ID
+        INTO :THE_SUB
+    DO
+        FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}}
+            FROM EVENT_LOG
+            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID < :STOP_AT
+            ORDER BY SUB_ID, DEAD, EVENT_ID
+            INTO {{claimed_variables}}
+        DO
+        BEGIN
+            ATTEMPTS = ATTEMPTS + 1;
+            BATCH_FIRST = MINVALUE(COALESCE(BATCH_FIRST, EVENT_ID), EVENT_ID);
+            BATCH_LAST = MAXVALUE(COALESCE(BATCH_LAST, EVENT_ID), EVENT_ID);
+            SUSPEND;
+        END
+    UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
+    WHERE HOLDER = :OWNER
+      AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
 END;
 
 -- name: not_leased
@@ -243,9 +293,10 @@ BEGIN
 END;
 
 -- name: release_lease
--- The ordered batch is settled: its events that were not handled are pending again.
+-- The ordered batch of a stream (table, tag) is settled: its events that
+-- were not handled are pending again.
 UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
-WHERE SUB_ID = ? AND HOLDER = ?;
+WHERE HOLDER = ? AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = ? AND TAG = ?);
 
 -- name: extend
 EXECUTE BLOCK (LEASE_MS INTEGER = ?, CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?,

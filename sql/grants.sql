@@ -31,3 +31,7 @@ GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO USER {user};
 -- name: stats
 -- Listeners record per-minute statistics for the console and prune them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_STATS TO USER {user};
+
+-- name: stream_held
+-- Ordered claims raise it when another consumer takes a stream's lease first.
+GRANT USAGE ON EXCEPTION EVENT_STREAM_HELD TO USER {user};

@@ -124,6 +124,12 @@ CREATE TABLE EVENT_STATS (
     CONSTRAINT PK_EVENT_STATS PRIMARY KEY (MINUTE_AT, SUB_ID, RECORDER)
 );
 
+-- name: create_stream_held
+-- Raised by an ordered claim that finds one of its stream's leases taken by
+-- another consumer after it checked them (delivery/claims.sql, claim_head):
+-- the whole claim is undone and the claimer tries again later.
+CREATE EXCEPTION EVENT_STREAM_HELD 'another consumer holds a batch of this stream';
+
 -- name: record_version
 -- The schema version lives in the same DDL transaction as the schema itself.
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER

@@ -10,7 +10,7 @@ import pytest
 
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db.connection import Database
-from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.delivery.claims import Claimer, load_targets, streams
 
 from conftest import Subs, events, execute, query
 
@@ -114,7 +114,7 @@ def test_claims_hand_over_short_and_long_values_alike(settings):
         claimed = claimer.claim(targets, 10)
         assert [(e.pk, e.old, e.new) for e in claimed] == logged
         claimer.release(e.id for e in claimed)
-        in_order = [e for target in targets.values() for e in claimer.claim_head(target, 10)]
+        in_order = [e for stream in streams(targets.values()).values() for e in claimer.claim_head(stream, 10)]
         assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [(e.id, e.pk, e.old, e.new) for e in claimed]
 
 
@@ -132,7 +132,7 @@ def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
         claimed = claimer.claim({target.sub_id: target}, 250)
         assert [e.pk["ID"] for e in claimed] == list(range(1, 251))
         claimer.release(e.id for e in claimed)
-        assert [e.pk["ID"] for e in claimer.claim_head(target, 203)] == list(range(1, 204))
+        assert [e.pk["ID"] for e in claimer.claim_head([target], 203)] == list(range(1, 204))
 
 
 @pytest.mark.parametrize(

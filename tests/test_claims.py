@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from subscriptions.db.connection import Database
-from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 
 from conftest import Subs, execute, query, wait_until
 from listening import insert
@@ -23,10 +23,10 @@ def test_an_ordered_batch_is_held_by_its_subscription_lease(items):
     target = insert_target(items)
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
-        batch = a.claim_head(target, 3)
+        batch = a.claim_head([target], 3)
         assert [(e.pk["ID"], e.attempt) for e in batch] == [(1, 1), (2, 1), (3, 1)]
         assert query(items, "SELECT ATTEMPTS, CLAIMED_BY FROM EVENT_LOG ORDER BY EVENT_ID") == [(0, None)] * 6
-        assert b.claim_head(target, 10) == [], "a second ordered consumer must wait for the lease"
+        assert b.claim_head([target], 10) == [], "a second ordered consumer must wait for the lease"
         parallel = b.claim({target.sub_id: target}, 10)
         assert [e.pk["ID"] for e in parallel] == [4, 5, 6], "a parallel claim took events of the batch in hand"
         b.release(e.id for e in parallel)
@@ -35,20 +35,20 @@ def test_an_ordered_batch_is_held_by_its_subscription_lease(items):
         row = next(r for r in status if r["action"] == "I")
         assert (row["pending"], row["in_flight"]) == (3, 3)
 
-        assert a.settle_head(target.sub_id, [batch[0].id]) == 1
-        assert [(e.pk["ID"], e.attempt) for e in b.claim_head(target, 2)] == [(2, 1), (3, 1)]
+        assert a.settle_head(stream_of(target), [batch[0].id]) == 1
+        assert [(e.pk["ID"], e.attempt) for e in b.claim_head([target], 2)] == [(2, 1), (3, 1)]
 
 
 def test_a_lease_taken_over_counts_the_attempt_of_the_batch_left_in_hand(items):
     target = insert_target(items)
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
-        assert len(a.claim_head(target, 3)) == 3  # then "a" dies without settling
+        assert len(a.claim_head([target], 3)) == 3  # then "a" dies without settling
         expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= LOCALTIMESTAMP"
-        wait_until(lambda: query(items, expired) == [(1,)], 10, "the lease to run out")
-        assert [(e.pk["ID"], e.attempt) for e in b.claim_head(target, 4)] == [(1, 2), (2, 2), (3, 2), (4, 1)]
-        assert a.settle_head(target.sub_id, []) == 0
-        assert b.settle_head(target.sub_id, []) == 0
+        wait_until(lambda: query(items, expired) == [(3,)], 10, "the stream's lease (I, U, D) to run out")
+        assert [(e.pk["ID"], e.attempt) for e in b.claim_head([target], 4)] == [(1, 2), (2, 2), (3, 2), (4, 1)]
+        assert a.settle_head(stream_of(target), []) == 0
+        assert b.settle_head(stream_of(target), []) == 0
         assert query(items, "SELECT ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(1,), (1,), (1,), (0,), (0,), (0,)]
 
 
@@ -56,21 +56,21 @@ def test_a_failed_ordered_attempt_is_counted_once(items):
     target = insert_target(items)
     with Database(items) as db:
         claimer = Claimer(db, "a:1", 30)
-        first, *_ = claimer.claim_head(target, 3)
+        first, *_ = claimer.claim_head([target], 3)
         claimer.fail(first.id, "boom", 0, dead=False, held=True)
-        claimer.settle_head(target.sub_id, [])
+        claimer.settle_head(stream_of(target), [])
         assert query(items, "SELECT ATTEMPTS, LAST_ERROR FROM EVENT_LOG ORDER BY EVENT_ID")[:2] == [
             (1, "boom"),
             (0, None),
         ]
-        again = claimer.claim_head(target, 1)
+        again = claimer.claim_head([target], 1)
         assert [(e.id, e.attempt) for e in again] == [(first.id, 2)]
 
 
 def test_removing_a_subscription_removes_its_lease(items):
     target = insert_target(items)
     with Database(items) as db:
-        Claimer(db, "a:1", 30).claim_head(target, 1)
+        Claimer(db, "a:1", 30).claim_head([target], 1)
     execute(items, "DELETE FROM EVENT_LOG")
     Subs(items).ok("remove", "items", "I", "rec")
     assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE SUB_ID = ?", (target.sub_id,)) == [(0,)]
@@ -88,9 +88,9 @@ def test_a_claim_that_meets_an_uncommitted_lease_claims_nothing(items):
                 "VALUES (?, 'b:2', LOCALTIMESTAMP) MATCHING (SUB_ID)",
                 (target.sub_id,),
             )
-            assert a.claim_head(target, 5) == []
+            assert a.claim_head([target], 5) == []
             assert a.conflicts == 1
-        assert [e.pk["ID"] for e in a.claim_head(target, 2)] == [1, 2]
+        assert [e.pk["ID"] for e in a.claim_head([target], 2)] == [1, 2]
 
 
 def test_an_idle_subscription_is_claimed_without_a_write(items):
@@ -101,9 +101,9 @@ def test_an_idle_subscription_is_claimed_without_a_write(items):
     lease_version = "SELECT RDB$RECORD_VERSION FROM EVENT_LEASE WHERE SUB_ID = ?"
     with Database(items) as db:
         claimer = Claimer(db, "a:1", 30)
-        claimer.settle_head(target.sub_id, [e.id for e in claimer.claim_head(target, 10)])
+        claimer.settle_head(stream_of(target), [e.id for e in claimer.claim_head([target], 10)])
         written = query(items, lease_version, (target.sub_id,))
-        assert claimer.claim_head(target, 10) == []
+        assert claimer.claim_head([target], 10) == []
     assert query(items, lease_version, (target.sub_id,)) == written
 
 
@@ -120,3 +120,35 @@ def test_parallel_claims_of_any_size_take_each_event_once(items):
         assert [e.pk["ID"] for e in first] == [1, 2] and [e.pk["ID"] for e in rest] == [3, 4, 5, 6]
         assert a.claim(targets, 100_000) == [] and a.conflicts == b.conflicts == 0
         assert a.ack([e.id for e in first]) == 2 and b.ack([e.id for e in rest]) == 4
+
+
+def test_an_ordered_claim_takes_the_whole_stream_in_log_order(items):
+    """A table's subscriptions of one tag are one stream: one claim hands out
+    their events merged in log order, under one lease; a subscription added
+    after the targets were read is part of it too."""
+    insert(items, 1, 2)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1", "DELETE FROM ITEMS WHERE ID = 2")
+    insert(items, 3, 1)
+    with Database(items) as a_db, Database(items) as b_db:
+        inserts = next(t for t in load_targets(a_db) if t.action == "I")
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        batch = a.claim_head([inserts], 10)  # the U and D targets are read in the claim
+        assert [(e.action, e.pk["ID"]) for e in batch] == [("I", 1), ("I", 2), ("U", 1), ("D", 2), ("I", 3)]
+        assert [e.id for e in batch] == sorted(e.id for e in batch)
+        updates = next(t for t in load_targets(b_db) if t.action == "U")
+        assert b.claim_head([updates], 10) == [], "the stream's lease covers every subscription of it"
+        assert a.settle_head(stream_of(inserts), [e.id for e in batch[:2]]) == 2
+        assert [(e.action, e.pk["ID"]) for e in b.claim_head([updates], 2)] == [("U", 1), ("D", 2), ("I", 3)]
+
+
+def test_an_ordered_claim_stops_at_the_streams_first_event_that_waits(items):
+    insert(items, 1, 1)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1")
+    insert(items, 2, 1)
+    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 2")
+    with Database(items) as db:
+        stream = [t for t in load_targets(db) if t.table == "ITEMS"]
+        claimer = Claimer(db, "a:1", 30)
+        assert [e.id for e in claimer.claim_head(stream, 10)] == [1]  # not event 3 after the waiting update
+        claimer.settle_head(stream_of(stream[0]), [1])
+        assert claimer.claim_head(stream, 10) == []

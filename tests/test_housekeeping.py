@@ -9,7 +9,7 @@ import time
 
 from subscriptions.db.connection import Database
 from subscriptions.delivery import housekeeping, reaper
-from subscriptions.delivery.claims import Claimer, load_targets
+from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 
 from conftest import execute, query, queue_index_segments
 from listening import insert, supervise
@@ -37,13 +37,13 @@ def fetches_per_claim(settings, ordered: bool = True) -> int:
         for _ in range(2):
             before = db.connection.info.fetches
             if ordered:
-                events = claimer.claim_head(targets[0], 1)
+                events = claimer.claim_head([targets[0]], 1)
             else:
                 events = claimer.claim({t.sub_id: t for t in targets}, 1)
             fetches = db.connection.info.fetches - before
             assert len(events) == 1
             if ordered:
-                claimer.settle_head(targets[0].sub_id, [])
+                claimer.settle_head(stream_of(targets[0]), [])
             else:
                 claimer.release(e.id for e in events)
     return fetches

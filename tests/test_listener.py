@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError
 
 import fb3server
@@ -34,6 +35,40 @@ def test_ordered_drain_handles_each_event_once_in_order(items, tmp_path, listene
         in_sub = [line["id"] for line in listener.lines() if line["sub"] == sub and line["phase"] == "done"]
         assert in_sub == sorted(in_sub)
     assert remaining(items) == 0
+
+
+def test_ordered_mode_keeps_a_streams_inserts_updates_and_deletes_in_log_order(items, tmp_path, listeners):
+    """Order belongs to the stream, (table, tag): each row's insert, update
+    and delete (three subscriptions) are handled one after the other in log
+    order, also with several workers; a second stream goes on beside it."""
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")
+    with Database(items) as db, db.transaction() as cursor:
+        for key in range(1, 101):
+            cursor.execute("INSERT INTO ITEMS VALUES (?, 'sleep0.002')", (key,))
+            cursor.execute("UPDATE ITEMS SET NOTE = 'x' WHERE ID = ?", (key,))
+            cursor.execute("DELETE FROM ITEMS WHERE ID = ?", (key,))
+            cursor.execute("INSERT INTO OTHERS VALUES (?, NULL)", (key,))
+    listener = Listener(items, tmp_path, "--drain", "--workers", "4", "--batch", "10")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    lines = listener.lines()
+    items_ids = [line["id"] for line in lines if line["phase"] == "start" and line["sub"] in (1, 2, 3)]
+    assert len(items_ids) == 300 and items_ids == sorted(items_ids)  # one at a time, in log order
+    others = [line["id"] for line in lines if line["phase"] == "done" and line["sub"] == 4]
+    assert len(others) == 100 and others == sorted(others)
+    assert len({line["pid"] for line in lines}) > 1  # the streams went to different workers
+    assert remaining(items) == 0
+
+
+def test_a_failing_event_holds_back_the_rest_of_its_stream(items, tmp_path, listeners):
+    insert(items, 1, 1, "fail_once")
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1", "DELETE FROM ITEMS WHERE ID = 1")
+    listener = Listener(items, tmp_path, "--drain", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    started = [(line["sub"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert started == [(1, 1), (1, 2), (2, 1), (3, 1)]  # the update and delete waited for the insert's retry
 
 
 @pytest.mark.parametrize("batch", ["5", "auto"])
@@ -164,7 +199,8 @@ def test_a_batch_handler_gets_claims_whole_and_fails_events_one_by_one(items, tm
     insert(items, 1, 9)
     insert(items, 10, 1, "fail_once")
     insert(items, 11, 20)
-    args = ("--drain", "--tag", "brec", "--batch", "50", "--backoff-min", "0", "--mode", mode)
+    # One worker: with more, parallel workers may split the 30 events between them.
+    args = ("--drain", "--tag", "brec", "--batch", "50", "--backoff-min", "0", "--mode", mode, "--workers", "1")
     listener = Listener(items, tmp_path, *args)
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()

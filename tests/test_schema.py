@@ -99,7 +99,7 @@ def test_version_2_dead_events_move_out_of_the_claim_index(empty_settings):
     assert queue_index_segments(empty_settings) == ["SUB_ID", "DEAD", "EVENT_ID"]
     with Database(empty_settings) as db:
         (target, *_) = load_targets(db)
-        assert [e.id for e in Claimer(db, "test:1", 30).claim_head(target, 10)] == [2]
+        assert [e.id for e in Claimer(db, "test:1", 30).claim_head([target], 10)] == [2]
 
 
 def test_version_4_keeps_last_errors_in_a_blob(empty_settings):

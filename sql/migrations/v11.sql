@@ -1,5 +1,7 @@
 -- Schema version 11: per-minute delivery statistics for the console
--- (EVENT_STATS), written by listeners and pruned by their housekeeping.
+-- (EVENT_STATS), written by listeners and pruned by their housekeeping; the
+-- exception an ordered claim of a stream (a table's subscriptions of one
+-- tag) undoes itself with.
 
 -- name: create_stats
 CREATE TABLE EVENT_STATS (
@@ -12,6 +14,9 @@ CREATE TABLE EVENT_STATS (
     BACKLOG    INTEGER,
     CONSTRAINT PK_EVENT_STATS PRIMARY KEY (MINUTE_AT, SUB_ID, RECORDER)
 );
+
+-- name: create_stream_held
+CREATE EXCEPTION EVENT_STREAM_HELD 'another consumer holds a batch of this stream';
 
 -- name: record_version
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER

@@ -69,7 +69,8 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     type=click.Choice([ORDERED, PARALLEL]),
     default=ORDERED,
     show_default=True,
-    help="ordered: each subscription's events strictly in log order; parallel: any order.",
+    help="ordered: each stream's events (a table's subscriptions of one tag) strictly in log order; "
+    "parallel: any order.",
 )
 @click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
 @click.option(

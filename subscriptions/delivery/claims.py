@@ -44,6 +44,9 @@ CANDIDATES_PER_EVENT = 4
 IDENTIFY_ATTEMPTS = 3
 
 
+STREAM_HELD = "EVENT_STREAM_HELD"
+
+
 @dataclass(frozen=True)
 class Target:
     """A subscription this listener consumes."""
@@ -52,6 +55,21 @@ class Target:
     table: str
     action: str
     tag: str
+
+
+Stream = tuple[str, str]  # (table, tag): what ordered mode keeps in log order
+
+
+def stream_of(subscription: Target | Event) -> Stream:
+    return subscription.table, subscription.tag
+
+
+def streams(targets: Iterable[Target]) -> dict[Stream, list[Target]]:
+    """Targets grouped by stream."""
+    grouped: dict[Stream, list[Target]] = {}
+    for target in targets:
+        grouped.setdefault(stream_of(target), []).append(target)
+    return grouped
 
 
 def load_targets(db: Database) -> list[Target]:
@@ -134,7 +152,9 @@ class Claimer:
             # LOCKED RETURNING "no current record for fetch" when a row it was
             # about to return was just acknowledged by another worker. Either
             # way nothing was claimed: try again later.
-            if not is_conflict(exc) and NO_CURRENT_RECORD not in codes(exc):
+            # An ordered claim whose stream another consumer leased meanwhile
+            # (EVENT_STREAM_HELD) undid itself: the same.
+            if not is_conflict(exc) and NO_CURRENT_RECORD not in codes(exc) and STREAM_HELD not in str(exc):
                 raise
             self.conflicts += 1
             return []
@@ -160,15 +180,23 @@ class Claimer:
 
         return self._claim(on_firebird_5 if self.skip_locked else on_firebird_3, targets)
 
-    def claim_head(self, target: Target, limit: int) -> list[Event]:
-        """The first events of one subscription, if the first one is available,
-        under the subscription's lease: settle them with ``settle_head``."""
+    def claim_head(self, stream: Sequence[Target], limit: int) -> list[Event]:
+        """The first events of one stream (the targets of one table and tag),
+        in log order, if the first one is available, under the stream's
+        lease: up to ``limit`` of each subscription's. Settle them with
+        ``settle_head``."""
+        table, tag = stream_of(stream[0])
+        known = {target.sub_id: target for target in stream}
 
         def head(cursor: Cursor) -> list[tuple[Any, ...]]:
-            self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, target.sub_id))
-            return _rows(cursor)
+            self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, table, tag))
+            rows = sorted(_rows(cursor), key=lambda row: int(row[0]))
+            if any(row[1] not in known for row in rows):  # a subscription added since the targets were read
+                cursor.execute(self._sql["subscriptions"])
+                known.update((row[0], Target(*row)) for row in cursor.fetchall())
+            return rows
 
-        return self._claim(head, {target.sub_id: target})
+        return self._claim(head, known)
 
     def _claimant(self, held: bool) -> str | None:
         """CLAIMED_BY of our events: NULL for those held under a subscription's lease."""
@@ -182,15 +210,15 @@ class Claimer:
         ids = _sorted_ids(event_ids)
         return self.db.run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
 
-    def settle_head(self, sub_id: int, done: Sequence[int]) -> int:
+    def settle_head(self, stream: Stream, done: Sequence[int]) -> int:
         """Delete the handled events of a claim_head batch and give the
-        subscription's lease back, together; the events not handled are then
+        stream's lease back, together; the events not handled are then
         pending again. Returns how many were deleted."""
         ids = _sorted_ids(done)
 
         def work(cursor: Cursor) -> int:
             deleted = self._settle(cursor, "ack", ids, None)
-            cursor.execute(self._sql["release_lease"], (sub_id, self.owner))
+            cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 
         return self.db.run(work)

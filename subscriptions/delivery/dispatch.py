@@ -14,7 +14,7 @@ from subscriptions.events import Event
 from subscriptions.plugins import Handler
 
 from .batching import BatchSize
-from .claims import Claimer
+from .claims import Claimer, stream_of
 from .handler_thread import Call, HandlerThread, HandlerTimeout, Outcome
 from .heartbeat import InFlight
 from .metrics import Metrics
@@ -38,7 +38,7 @@ class Dispatcher:
         batch: BatchSize,
     ) -> None:
         self.options = options
-        # Ordered claims hold the subscription's lease rather than each event.
+        # Ordered claims hold the stream's lease rather than each event.
         self.in_order = options.mode == ORDERED
         self.handlers = handlers
         self.stop = stop
@@ -75,7 +75,7 @@ class Dispatcher:
             try:
                 with self.in_flight.settling:
                     if self.in_order:
-                        claimer.settle_head(events[0].subscription_id, done)
+                        claimer.settle_head(stream_of(events[0]), done)
                     else:
                         claimer.ack(done)
                         claimer.release(e.id for e in events[len(attempted) :])

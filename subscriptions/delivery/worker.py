@@ -41,7 +41,7 @@ from subscriptions.plugins import collect_handlers, plugin_manager
 
 from . import reaper
 from .batching import BatchSize
-from .claims import Claimer, Target, load_targets
+from .claims import Claimer, Target, load_targets, streams
 from .dispatch import Dispatcher
 from .handler_thread import HandlerTimeout
 from .heartbeat import renew_leases
@@ -204,10 +204,10 @@ class Worker:
             conflicts = claimer.conflicts
             if self.dispatcher.in_order:
                 claimed = False
-                for target in list(self.targets.values()):
+                for (_, tag), stream in streams(self.targets.values()).items():
                     if self.stop.is_set():
                         break
-                    events = claimer.claim_head(target, self.batch.size([target.tag]))
+                    events = claimer.claim_head(stream, self.batch.size([tag]))
                     claimed = claimed or bool(events)
                     self.dispatcher.handle(claimer, events)
             else:
