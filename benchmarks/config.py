@@ -19,6 +19,7 @@ class Sizes:
     w2_sleep_ms: tuple[int, int] = (10, 40)
     w3_events: int = 300
     w3_gap_ms: tuple[int, int] = (20, 40)
+    w3_drain: int = 5_000
     w4_rows: int = 10_000
     w5_history: int = 1_000_000
     w5_claims: int = 300
@@ -37,6 +38,7 @@ QUICK = Sizes(
     w1_batch=20,
     w2_events=40,
     w3_events=15,
+    w3_drain=200,
     w4_rows=300,
     w5_history=5_000,
     w5_claims=20,

@@ -64,6 +64,16 @@ def goals(sizes: Sizes) -> list[Goal]:
         Goal("W2", "subs span <= 1.15x ideal", parallel, "x ideal", "<=", 1.15),
         Goal("W3", "p50 <= 5 ms", "idle listener", "p50", "<=", 5),
         Goal("W3", "p99 <= 50 ms", "idle listener", "p99", "<=", 50),
+        Goal("W3", "60 subscriptions: p50 <= 5 ms", "idle listener, 60 subscriptions", "p50", "<=", 5),
+        Goal("W3", "60 subscriptions: p99 <= 20 ms", "idle listener, 60 subscriptions", "p99", "<=", 20),
+        Goal(
+            "W3",
+            "60 subscriptions: drain rate >= 0.8x with 1",
+            "idle listener, 60 subscriptions",
+            "x drain rate with 1",
+            ">=",
+            0.8,
+        ),
         Goal(
             "W4",
             "one subscription <= 1.25x plain table (client inserts)",

@@ -10,6 +10,10 @@ CREATE TABLE ITEMS (
     SLEEP_MS  INTEGER DEFAULT 0 NOT NULL
 );
 
+-- name: w3_other_table
+-- W3: one of the 19 idle tables beside ITEMS (60 subscriptions in all).
+CREATE TABLE {table} (ID INTEGER NOT NULL PRIMARY KEY, NAME VARCHAR(40));
+
 -- name: items_insert
 INSERT INTO ITEMS (ID, NAME, SLEEP_MS) VALUES (?, ?, ?);
 

@@ -107,6 +107,19 @@ BEGIN
     END
 END;
 
+-- name: ready
+-- Ordered mode: the subscriptions, not paused, whose first live event is
+-- available now (one probe of the claim index each): only their streams
+-- are worth a claim. A listener woken by one event claims one stream
+-- instead of trying each of its streams in turn.
+SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
+WHERE NOT s.PAUSED
+  AND (SELECT FIRST 1 (l.NEXT_ATTEMPT_AT IS NULL OR l.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+                      AND (l.CLAIM_EXPIRES_AT IS NULL OR l.CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+       FROM EVENT_LOG l
+       WHERE l.SUB_ID = s.SUB_ID AND l.DEAD = FALSE
+       ORDER BY l.SUB_ID, l.DEAD, l.EVENT_ID) IS TRUE;
+
 -- name: claim_head
 -- Ordered mode: the next events of one stream, the subscriptions of one
 -- table and tag (its I, U and D) that are not paused, in log order. The

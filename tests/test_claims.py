@@ -152,3 +152,17 @@ def test_an_ordered_claim_stops_at_the_streams_first_event_that_waits(items):
         assert [e.id for e in claimer.claim_head(stream, 10)] == [1]  # not event 3 after the waiting update
         claimer.settle_head(stream_of(stream[0]), [1])
         assert claimer.claim_head(stream, 10) == []
+
+
+def test_ready_names_the_subscriptions_whose_head_can_be_claimed(items):
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        assert claimer.ready() == set()
+        insert(items, 1, 2)
+        execute(items, "INSERT INTO OTHERS VALUES (1, NULL)", "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 2")
+        assert claimer.ready() == {1, 2, 4}  # ITEMS I and U, OTHERS I
+        execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
+        Subs(items).ok("pause", "others", "I", "rec")
+        assert claimer.ready() == {2}  # ITEMS I waits for its retry, OTHERS is paused

@@ -381,11 +381,15 @@ def test_counts_stop_at_the_bound_and_say_so(items, db: Database) -> None:
     assert (inserts.pending, inserts.dead, inserts.at_least) == (7, 4, ())
 
 
-def test_two_listeners_together_count_every_event_once(items, tmp_path: Path, db: Database) -> None:
+def test_two_listeners_together_count_every_event_once(items, tmp_path: Path, db: Database, listeners) -> None:
     insert(items, 1, 300, "sleep0.01")  # 3 s for one listener: the other joins in
     first = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "5")
     second = Listener(items, tmp_path, "--drain", "--mode", "parallel", "--workers", "1", "--batch", "5")
-    assert first.finish() == 0 and second.finish() == 0
+    listeners += [first, second]
+    # A worker stuck registering for events (seen once under load on fb5, see
+    # SOAK-NOTES) is replaced after its stall limit of 120 s: wait beyond it.
+    assert first.finish(timeout=200) == 0, first.output()
+    assert second.finish(timeout=200) == 0, second.output()
     recorders = query(items, "SELECT COUNT(DISTINCT RECORDER), SUM(HANDLED) FROM EVENT_STATS")
     assert recorders == [(2, 300)]
     with db.transaction(console.read_only_tpb()) as cursor:

@@ -180,6 +180,13 @@ class Claimer:
 
         return self._claim(on_firebird_5 if self.skip_locked else on_firebird_3, targets)
 
+    def ready(self) -> set[int]:
+        """The subscriptions whose first live event could be claimed now:
+        the streams an ordered drain claims (claim_head decides)."""
+        with self.db.transaction(nowait_tpb()) as cursor:
+            self._execute(cursor, self._sql["ready"], ())
+            return {row[0] for row in cursor.fetchall()}
+
     def claim_head(self, stream: Sequence[Target], limit: int) -> list[Event]:
         """The first events of one stream (the targets of one table and tag),
         in log order, if the first one is available, under the stream's

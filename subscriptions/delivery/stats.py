@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database
+from subscriptions.db.connection import Database, nowait_tpb
 
 from .metrics import read_queue_depth
 
@@ -26,9 +26,12 @@ Minutes = dict[tuple[int, int], list[int]]  # (sub_id, minute since the epoch) -
 
 
 def record(db: Database, recorder: str, minutes: Minutes) -> None:
-    """Add ``minutes`` to ``recorder``'s rows, in one transaction."""
+    """Add ``minutes`` to ``recorder``'s rows, in one transaction. NO WAIT:
+    only this listener writes its rows, and a write of its own still in
+    progress (the housekeeping thread's, while the listener stops) makes
+    this one fail rather than wait."""
     statements = sql.load("stats")
-    with db.transaction() as cursor:
+    with db.transaction(nowait_tpb()) as cursor:
         cursor.execute(statements["server_time"])
         offset = cursor.fetchone()[0] - dt.datetime.now()
         for (sub_id, minute), (handled, failed, dead) in sorted(minutes.items()):
@@ -42,7 +45,7 @@ def record_backlog(db: Database, recorder: str) -> None:
     """Sample every subscription's backlog into this minute's rows."""
     depths = read_queue_depth(db)
     statements = sql.load("stats")
-    with db.transaction() as cursor:
+    with db.transaction(nowait_tpb()) as cursor:
         cursor.execute(statements["server_time"])
         minute = cursor.fetchone()[0].replace(second=0, microsecond=0)
         for depth in depths:

@@ -204,9 +204,12 @@ class Worker:
             conflicts = claimer.conflicts
             if self.dispatcher.in_order:
                 claimed = False
+                ready = claimer.ready()
                 for (_, tag), stream in streams(self.targets.values()).items():
                     if self.stop.is_set():
                         break
+                    if not any(target.sub_id in ready for target in stream):
+                        continue
                     events = claimer.claim_head(stream, self.batch.size([tag]))
                     claimed = claimed or bool(events)
                     self.dispatcher.handle(claimer, events)
