@@ -3,8 +3,7 @@ its pages and its JSON API (sql/console.sql).
 
 Reads take a cursor, so that a page's reads share one short transaction
 (``read_only_tpb``: READ COMMITTED read-only, which never holds back the
-server's garbage collection); each action is one NO WAIT transaction of its
-own, which gives way to a worker that holds the event.
+server's garbage collection); the actions are in console_actions.py.
 Nothing counts a whole log (see console.sql), so the cost of a page does not
 grow with the backlog.
 """
@@ -13,19 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from firebird.driver import Cursor, DatabaseError, Isolation, TraAccessMode, tpb
+from firebird.driver import Cursor, Isolation, TraAccessMode, tpb
 
-from subscriptions.capture import subscribers
 from subscriptions.capture.drift import capture_states
 from subscriptions.capture.keys import key_hash, row_key
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, nowait_tpb, read_blob, read_text
-from subscriptions.db.errors import is_conflict
+from subscriptions.db.connection import read_blob, read_text
 from subscriptions.delivery.metrics import queue_depths
 from subscriptions.errors import SubsError
 
@@ -284,97 +281,3 @@ def subscription(cursor: Cursor, sub_id: int) -> SubscriptionName:
     if found is None:
         raise NotFound(f"there is no subscription {sub_id}")
     return found
-
-
-# -- actions: each returns what it did, in a sentence -------------------------------
-
-
-def _act(db: Database, work: Callable[[Cursor], str]) -> str:
-    """Run an action in one NO WAIT transaction; a worker's concurrent claim
-    or settlement of the same rows makes it give way with a message."""
-    try:
-        with db.transaction(nowait_tpb()) as cursor:
-            return work(cursor)
-    except DatabaseError as exc:
-        if is_conflict(exc):
-            raise SubsError("a listener is working on it right now; try again in a moment") from None
-        raise
-
-
-def _on_failed_event(
-    db: Database,
-    event_id: int,
-    verb: str,
-    statement: Callable[[LoggedEvent], str],
-    then: Callable[[Cursor, LoggedEvent], str],
-) -> str:
-    """Run the statement named by ``statement(event)`` on one failed or dead
-    event that no worker holds (the statement checks that again, in case the
-    event moved on meanwhile), then ``then``, which says what was done."""
-
-    def work(cursor: Cursor) -> str:
-        current = event(cursor, event_id)
-        if current.in_flight:
-            raise SubsError(f"event {event_id} is being handled right now; it can be {verb} if it fails")
-        if current.state == "pending":
-            raise SubsError(f"event {event_id} has not failed: only failed and dead events can be {verb}")
-        cursor.execute(sql.load("console")[statement(current)], (event_id,))
-        if not cursor.affected_rows:
-            raise SubsError(f"event {event_id} changed meanwhile; look at it again")
-        return then(cursor, current)
-
-    return _act(db, work)
-
-
-def retry(db: Database, event_id: int) -> str:
-    """A dead event is queued again (attempts start from 1); a failed one is
-    made due now. Either way its listeners are woken."""
-
-    def then(cursor: Cursor, current: LoggedEvent) -> str:
-        subscribers.wake(cursor, subscription(cursor, current.subscription).tag)
-        if current.state == "dead":
-            return f"event {event_id} is queued again; its attempts start again from 1"
-        return f"event {event_id} is due for its next attempt now"
-
-    def statement(current: LoggedEvent) -> str:
-        return "retry_dead" if current.state == "dead" else "retry_failed"
-
-    return _on_failed_event(db, event_id, "retried", statement, then)
-
-
-def discard(db: Database, event_id: int) -> str:
-    """Delete a failed or dead event: it will never be delivered."""
-
-    def then(cursor: Cursor, current: LoggedEvent) -> str:
-        return f"event {event_id} is discarded; it will not be delivered"
-
-    return _on_failed_event(db, event_id, "discarded", lambda _: "discard", then)
-
-
-def retry_dead(db: Database, sub_id: int) -> str:
-    """Queue every dead event of a subscription again."""
-
-    def work(cursor: Cursor) -> str:
-        tag = subscription(cursor, sub_id).tag
-        cursor.execute(sql.load("console")["retry_dead_of_subscription"], (sub_id,))
-        count = cursor.affected_rows
-        if count:
-            subscribers.wake(cursor, tag)
-        return f"{count:,} dead event(s) of subscription {sub_id} queued again"
-
-    return _act(db, work)
-
-
-def set_paused(db: Database, sub_id: int, paused: bool) -> str:
-    """Pause or resume one subscription (see capture/subscribers.set_paused)."""
-
-    def work(cursor: Cursor) -> str:
-        subscription(cursor, sub_id)  # NotFound for an unknown one
-        change = subscribers.set_paused_in(cursor, sub_id, paused)
-        target = change.subscription
-        name = f"subscription {sub_id} ({target.table} {target.action} {target.tag})"
-        if change.outcome == "unchanged":
-            return f"{name} was already {'paused' if paused else 'running'}"
-        return f"{name} is {change.outcome}"
-
-    return _act(db, work)

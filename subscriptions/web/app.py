@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -29,59 +27,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from subscriptions.db.connection import Database
-from subscriptions.db.errors import first_line, is_connection_lost
+from subscriptions.db.errors import first_line
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import json_default
-from subscriptions.ops import console
+from subscriptions.ops import console, console_actions
 from subscriptions.ops.text_table import describe_age
 
+from .attachments import Attachments
 from .charts import chart
 from .security import Access, Guard, Refused, check_csrf
 
 NOTICE_COOKIE = "subs_notice"
-POOL_SIZE = 4
 HTMX = "htmx-2.0.8.min.js"
-
-
-class Attachments:
-    """A few attachments reused across requests (attaching costs more than
-    a page's queries); each request uses one for one transaction."""
-
-    def __init__(self, settings: ConnectionSettings, size: int = POOL_SIZE) -> None:
-        self.settings = settings
-        self._idle: queue.LifoQueue[Database] = queue.LifoQueue()
-        self._slots = threading.BoundedSemaphore(size)
-
-    @contextlib.contextmanager
-    def use(self) -> Iterator[Database]:
-        with self._slots:
-            try:
-                db = self._idle.get_nowait()
-            except queue.Empty:
-                db = Database(self.settings)
-            try:
-                yield db
-            except DatabaseError as exc:
-                if is_connection_lost(exc):
-                    with contextlib.suppress(DatabaseError):
-                        db.close()
-                else:
-                    self._idle.put(db)
-                raise
-            except BaseException:
-                self._idle.put(db)
-                raise
-            self._idle.put(db)
-
-    def close(self) -> None:
-        while True:
-            try:
-                db = self._idle.get_nowait()
-            except queue.Empty:
-                return
-            with contextlib.suppress(DatabaseError):
-                db.close()
 
 
 class ApiResponse(JSONResponse):
@@ -275,11 +233,11 @@ class Console:
         name = request.path_params["action"]
         target = int(request.path_params["target"])
         actions: dict[str, Callable[[Database], str]] = {
-            "events/retry": lambda db: console.retry(db, target),
-            "events/discard": lambda db: console.discard(db, target),
-            "subscriptions/retry-dead": lambda db: console.retry_dead(db, target),
-            "subscriptions/pause": lambda db: console.set_paused(db, target, True),
-            "subscriptions/resume": lambda db: console.set_paused(db, target, False),
+            "events/retry": lambda db: console_actions.retry(db, target),
+            "events/discard": lambda db: console_actions.discard(db, target),
+            "subscriptions/retry-dead": lambda db: console_actions.retry_dead(db, target),
+            "subscriptions/pause": lambda db: console_actions.set_paused(db, target, True),
+            "subscriptions/resume": lambda db: console_actions.set_paused(db, target, False),
         }
         action = actions.get(f"{request.path_params['kind']}/{name}")
         if action is None:
