@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import pytest
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database
+from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.delivery import stats
 from subscriptions.ops import console
 
@@ -374,7 +374,7 @@ def test_counts_stop_at_the_bound_and_say_so(items, db: Database) -> None:
     insert(items, 1, 5)
     execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID <= 4")
     insert(items, 6, 6)
-    with db.transaction(console.read_only_tpb()) as cursor:
+    with db.transaction(read_only_tpb()) as cursor:
         inserts = console.overview(cursor, max_counted=3)[0]
         assert (inserts.pending, inserts.dead, inserts.at_least) == (3, 3, ("pending", "in_flight", "failed", "dead"))
         inserts = console.overview(cursor, max_counted=10)[0]
@@ -392,7 +392,7 @@ def test_two_listeners_together_count_every_event_once(items, tmp_path: Path, db
     assert second.finish(timeout=200) == 0, second.output()
     recorders = query(items, "SELECT COUNT(DISTINCT RECORDER), SUM(HANDLED) FROM EVENT_STATS")
     assert recorders == [(2, 300)]
-    with db.transaction(console.read_only_tpb()) as cursor:
+    with db.transaction(read_only_tpb()) as cursor:
         history = console.stats(cursor, 5)
     assert sum(minute.handled for minute in history[1]) == 300
 

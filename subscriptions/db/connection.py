@@ -9,7 +9,16 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from firebird.driver import Connection, Cursor, DatabaseError, Isolation, connect, create_database, tpb
+from firebird.driver import (
+    Connection,
+    Cursor,
+    DatabaseError,
+    Isolation,
+    TraAccessMode,
+    connect,
+    create_database,
+    tpb,
+)
 
 from . import runtime, sql
 from .errors import connect_error, is_conflict, is_connection_lost
@@ -26,6 +35,13 @@ def nowait_tpb() -> bytes:
     rather than wait. Built on first use: building a TPB loads the client
     library, which must be the embedded runtime's (runtime.load())."""
     return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0))
+
+
+@functools.cache
+def read_only_tpb() -> bytes:
+    """READ COMMITTED read-only: for reads that must never hold back the
+    server's garbage collection (the console's pages)."""
+    return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, access_mode=TraAccessMode.READ))
 
 
 def open_connection(settings: ConnectionSettings, *, create: bool = False) -> Connection:

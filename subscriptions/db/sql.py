@@ -11,7 +11,9 @@ Python adds nothing to SQL text but:
 - ``{{other}}``: another block of the same file, included when the file is
   read (so a list such as the claimed columns is written once);
 - ``{name}``: an identifier, filled by ``with_identifiers`` through ``quote``;
-- ``?, ...``: a list of bound parameters, as long as ``with_parameters`` says.
+- ``?, ...``: a list of bound parameters, as long as ``with_parameters`` says;
+- keys.sql's ``key_block``: capture/keys.py fills in quoted key columns and
+  the key expression the capture generator (in the database) made.
 
 Values always travel as bound parameters.
 """

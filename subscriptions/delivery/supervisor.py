@@ -71,9 +71,10 @@ class Supervisor:
         REAP_INTERVAL, reap dead workers' attachments and fail at once what
         the dead ones held (again every RECOVERY_RETRY while one of their
         transactions still holds it); every RECORD_INTERVAL, record the
-        per-minute statistics, every BACKLOG_INTERVAL the backlog, and, once REBUILD_EVERY events were handled
-        since the last rebuild, rebuild the claim index; prune statistics
-        every PRUNE_INTERVAL. It connects only when there is work."""
+        per-minute statistics; every BACKLOG_INTERVAL, sample the backlog;
+        once REBUILD_EVERY events were handled since the last rebuild,
+        rebuild the claim index; every PRUNE_INTERVAL, prune statistics. It
+        connects only when there is work."""
         unsettled: list[tuple[str, str]] = []
         next_reap = time.monotonic() + reaper.REAP_INTERVAL
         next_prune = next_sample = time.monotonic()

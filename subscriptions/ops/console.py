@@ -2,8 +2,8 @@
 its pages and its JSON API (sql/console.sql).
 
 Reads take a cursor, so that a page's reads share one short transaction
-(``read_only_tpb``: READ COMMITTED read-only, which never holds back the
-server's garbage collection); the actions are in console_actions.py.
+(``db.connection.read_only_tpb``: READ COMMITTED read-only, which never
+holds back the server's garbage collection); the actions are in console_actions.py.
 Nothing counts a whole log (see console.sql), so the cost of a page does not
 grow with the backlog.
 """
@@ -11,12 +11,11 @@ grow with the backlog.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from firebird.driver import Cursor, Isolation, TraAccessMode, tpb
+from firebird.driver import Cursor
 
 from subscriptions.capture.drift import capture_states
 from subscriptions.capture.keys import key_hash, row_key
@@ -38,11 +37,6 @@ _STATE_NAMES = {code: name for name, code in STATES.items()}
 
 class NotFound(SubsError):
     """What was asked for does not exist (HTTP 404)."""
-
-
-@functools.cache
-def read_only_tpb() -> bytes:
-    return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, access_mode=TraAccessMode.READ))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from subscriptions.db.connection import Database
+from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.db.errors import first_line
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
@@ -257,7 +257,7 @@ class Console:
 
 
 def _in_read_only_transaction(db: Database, work: Callable[[Cursor], Any]) -> Any:
-    with db.transaction(console.read_only_tpb()) as cursor:
+    with db.transaction(read_only_tpb()) as cursor:
         return work(cursor)
 
 
