@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -54,13 +54,27 @@ def text_of(browser: WebDriver, css: str) -> str:
     return str(browser.find_element(By.CSS_SELECTOR, css).text)
 
 
+def patiently(browser: WebDriver, timeout: float = 20) -> WebDriverWait[WebDriver]:
+    """The overview swaps its figures in every 3 s, so an element found a
+    moment ago can be gone: look it up again instead of failing."""
+    return WebDriverWait(browser, timeout, ignored_exceptions=(StaleElementReferenceException,))
+
+
+def click(browser: WebDriver, by: str, selector: str) -> None:
+    def clicked(driver: WebDriver) -> bool:
+        driver.find_element(by, selector).click()
+        return True
+
+    patiently(browser).until(clicked)
+
+
 def wait_for_text(browser: WebDriver, css: str, expected: str, timeout: float = 20) -> None:
     def shown(driver: WebDriver) -> bool:
         found = driver.find_elements(By.CSS_SELECTOR, css)
         return bool(found) and found[0].text == expected
 
     try:
-        WebDriverWait(browser, timeout).until(shown)
+        patiently(browser, timeout).until(shown)
     except TimeoutException:
         page = browser.find_element(By.TAG_NAME, "body").text
         raise AssertionError(f"{css} never showed {expected!r}; {browser.current_url} shows: {page[:500]}") from None
@@ -68,7 +82,7 @@ def wait_for_text(browser: WebDriver, css: str, expected: str, timeout: float = 
 
 def test_the_overview_updates_its_figures_without_a_reload(items, web: Console, browser: WebDriver) -> None:
     assert browser.current_url == web.base + "/"  # the token left the address
-    assert text_of(browser, "#pending-1") == "0"
+    wait_for_text(browser, "#pending-1", "0")
     browser.execute_script("window.subsMarker = 'still the same page'")
     insert(items, 1, 3)
     wait_for_text(browser, "#pending-1", "3")
@@ -81,7 +95,7 @@ def test_an_event_opens_with_old_and_new_side_by_side(items, web: Console, brows
     insert(items, 1, 1, "before")
     execute(items, "UPDATE ITEMS SET NOTE = 'after' WHERE ID = 1")
     browser.refresh()
-    browser.find_element(By.CSS_SELECTOR, "#pending-2").click()
+    click(browser, By.CSS_SELECTOR, "#pending-2")
     (row,) = browser.find_elements(By.CSS_SELECTOR, "table.events tbody tr")
     assert "ITEMS U rec" in row.text and "pending" in row.text and "ID=1" in row.text
     row.find_element(By.CSS_SELECTOR, "a").click()
@@ -118,11 +132,11 @@ def test_retry_gets_a_dead_event_handled_by_a_running_listener(
 
 
 def test_pause_and_resume_from_the_overview(items, web: Console, browser: WebDriver) -> None:
-    browser.find_element(By.CSS_SELECTOR, "#subscription-1 button").click()
+    click(browser, By.CSS_SELECTOR, "#subscription-1 button")
     wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is paused")
     wait_for_text(browser, "#subscription-1 .state", "paused")
     assert json.loads(Subs(items).ok("list", "--json"))[0]["paused"] is True
-    browser.find_element(By.XPATH, "//tr[@id='subscription-1']//button[text()='Resume']").click()
+    click(browser, By.XPATH, "//tr[@id='subscription-1']//button[text()='Resume']")
     wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is resumed")
     wait_for_text(browser, "#subscription-1 .state", "running")
 
