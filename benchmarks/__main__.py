@@ -28,6 +28,7 @@ from . import (
     w7_relay,
     w8_backfill,
     w9_console,
+    w10_handler_pool,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -45,6 +46,7 @@ WORKLOADS = {
         w7_relay,
         w8_backfill,
         w9_console,
+        w10_handler_pool,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

@@ -30,6 +30,7 @@ class Sizes:
     w8_rows: int = 1_000_000
     w9_small: int = 1_000
     w9_large: int = 1_000_000
+    w10_events: int = 3_000
 
 
 FULL = Sizes()
@@ -49,6 +50,7 @@ QUICK = Sizes(
     w8_rows=2_000,
     w9_small=100,
     w9_large=2_000,
+    w10_events=100,
 )
 
 

@@ -329,13 +329,16 @@ class Soak:
         claimable = self.query(CLAIMABLE)
         if claimable is not None and claimable[0][0] == 0:
             self.backlog_empty_at = now
-        for pid in self.listener.workers():
+        for pid, handlers in self.listener.workers().items():
+            if not handlers:
+                continue  # a handler process; its claimer is the one that stalls
             self.first_seen.setdefault(pid, now)
-            quiet = now - max(self.first_seen[pid], self.last_delivery.get(pid, 0.0), self.backlog_empty_at)
+            delivered = max((self.last_delivery.get(handler, 0.0) for handler in handlers), default=0.0)
+            quiet = now - max(self.first_seen[pid], delivered, self.backlog_empty_at)
             if quiet > STALL_AFTER and pid not in self.reported:
                 self.report_stuck(
                     pid,
-                    f"worker {pid} delivered nothing for {quiet:.0f}s while events were "
+                    f"claimer {pid} had nothing delivered for {quiet:.0f}s while events were "
                     f"claimable ({claimable[0][0] if claimable else '?'} now)",
                 )
             elif quiet > QUIET_AFTER and pid not in self.dumped:

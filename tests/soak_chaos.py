@@ -1,11 +1,11 @@
 """The listener under test as a process group, the faults the soak injects into
 it, and evidence capture when something hangs.
 
-Processes are found through /proc (no psutil, never by name): the workers are
-the supervisor's children started by multiprocessing's spawn, and a whole
-listener is its own process group (started in a new session), so killing the
-group takes the supervisor and every worker at once, as a crash of the host
-process would.
+Processes are found through /proc (no psutil, never by name): the claimer is
+the supervisor's child started by multiprocessing's spawn, the handler
+processes are the claimer's, and a whole listener is its own process group
+(started in a new session), so killing the group takes the supervisor and
+every process at once, as a crash of the host process would.
 """
 
 from __future__ import annotations
@@ -103,11 +103,17 @@ class Listener:
         if self.process is None and time.time() - self.started_at >= RESTART_EVERY:
             self.start()
 
-    def workers(self) -> list[int]:
+    def workers(self) -> dict[int, list[int]]:
+        """The claimer and handler processes, each with the processes that
+        die with it: a claimer takes its handler processes along."""
         if not self.running():
-            return []
-        supervisor = self.process.pid
-        return [pid for pid in _all_pids() if (_stat(pid) or (0, 0))[0] == supervisor and "spawn_main" in _cmdline(pid)]
+            return {}
+        parents = {pid: (_stat(pid) or (0, 0))[0] for pid in _all_pids() if "spawn_main" in _cmdline(pid)}
+        claimers = [pid for pid, parent in parents.items() if parent == self.process.pid]
+        workers: dict[int, list[int]] = {pid: [] for pid, parent in parents.items() if parent in claimers}
+        for claimer in claimers:
+            workers[claimer] = [pid for pid, parent in parents.items() if parent == claimer]
+        return workers
 
     def group(self) -> list[int]:
         if self.process is None:
@@ -115,16 +121,17 @@ class Listener:
         return [pid for pid in _all_pids() if (_stat(pid) or (0, 0))[1] == self.process.pid]
 
     def kill_worker(self, rng: random.Random) -> list[Kill]:
+        """SIGKILL the claimer or one handler process, chosen at random."""
         workers = self.workers()
         if not workers:
             return []
-        pid = rng.choice(workers)
+        pid = rng.choice(sorted(workers))
         at = time.time()
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return []
-        return [Kill(at, pid, "worker")]
+        return [Kill(at, dying, "worker") for dying in (pid, *workers[pid])]
 
     def kill_all(self) -> list[Kill]:
         """SIGKILL the whole process group; the caller restarts it."""

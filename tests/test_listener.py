@@ -382,11 +382,15 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
         insert(items, 1, 1)
         while "done" not in (record.read_text() if record.exists() else "") and time.monotonic() < deadline:
             time.sleep(0.05)
+        handler = json.loads(record.read_text().splitlines()[-1])["pid"]
+        parents.append(int(Path(f"/proc/{handler}/stat").read_text().rpartition(")")[2].split()[1]))
 
+    parents: list[int] = []
     _, record = supervise(items, tmp_path, monkeypatch, drive, poll=0.5, timeout=1.0)
     assert replaced and "made no progress" in caplog.text
     lines = [json.loads(line) for line in record.read_text().splitlines()]
-    assert [(line["key"], line["phase"], line["pid"]) for line in lines][-1] == (1, "done", replaced[0])
+    assert [(line["key"], line["phase"]) for line in lines][-1] == (1, "done")
+    assert parents == replaced, "the event was not handled by a handler process of the new claimer"
 
 
 ODD_HANDLERS = """
@@ -496,12 +500,19 @@ def test_workers_die_with_a_killed_listener(items, tmp_path, listeners):
     listeners.append(listener)
     insert(items, 1, 1)
     listener.wait_for(lambda lines: handled(lines) == [1])
-    children = Path(f"/proc/{listener.process.pid}/task/{listener.process.pid}/children").read_text().split()
-    workers = [int(pid) for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
-    assert len(workers) == 2
+    (claimer,) = spawned_children(listener.process.pid)
+    handlers = spawned_children(claimer)
+    assert len(handlers) == 2 and handlers == spawned_children(claimer)
     os.kill(listener.process.pid, signal.SIGKILL)
     listener.process.wait(10)
-    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 10, "the workers to exit")
+    processes = [claimer, *handlers]
+    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes), 5, "its processes to exit")
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The processes ``pid`` started with multiprocessing's spawn."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return sorted(int(child) for child in children if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text())
 
 
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])

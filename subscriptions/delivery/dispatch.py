@@ -1,207 +1,224 @@
-"""Running the handlers of a claimed batch and settling it: acknowledging
-what was handled, recording failed attempts with their backoff (or death),
-and giving back what was never started."""
+"""Handing claimed events to the handler processes and settling what they
+report: acknowledging handled events together, recording failed attempts
+with their backoff (or death) as they come, giving back what was never
+started, and failing at once the event of a handler process that died or
+ran over --timeout."""
 
 from __future__ import annotations
 
 import heapq
 import logging
-import threading
+import math
 import time
-from collections.abc import Callable, Iterator
 
 from subscriptions.events import Event
-from subscriptions.plugins import Handler
 
 from .batching import BatchSize
-from .claims import Claimer, stream_of
-from .handler_thread import Call, HandlerThread, HandlerTimeout, Outcome
+from .claims import Claimer, Stream
+from .handler_process import Job, Report
 from .heartbeat import InFlight
 from .metrics import Metrics
 from .options import ORDERED, ListenOptions
+from .pool import HandlerPool, Slot
 
 log = logging.getLogger("subs.worker")
 # The database stamps a retry's due time a moment after this process does.
 RETRY_MARGIN = 0.05
+# Longest wait for reports: the claimer stamps its progress in between.
+WAIT_SLICE = 0.5
 
 
 class Dispatcher:
-    """Delivers batches for one worker; ``stop`` set means "start nothing new"."""
+    """The claimer's side of the handler pool."""
 
-    def __init__(
-        self,
-        options: ListenOptions,
-        handlers: dict[str, Handler],
-        stop: threading.Event,
-        stamp: Callable[[], None],
-        metrics: Metrics,
-        batch: BatchSize,
-    ) -> None:
+    def __init__(self, options: ListenOptions, owner: str, metrics: Metrics, batch: BatchSize) -> None:
         self.options = options
         # Ordered claims hold the stream's lease rather than each event.
         self.in_order = options.mode == ORDERED
-        self.handlers = handlers
-        self.stop = stop
-        self.stamp = stamp
         self.metrics = metrics
         self.batch = batch
         self.in_flight = InFlight()
-        self.handler_thread = HandlerThread(stop, options.timeout)
+        self.pool = HandlerPool(options, owner)
+        self._handled: list[int] = []  # handled, to be acknowledged together
         self._retries_due: list[float] = []  # a heap of monotonic times
 
+    # -- state ----------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        return len(self.pool.idle())
+
+    def busy(self) -> bool:
+        return bool(self.pool.busy())
+
+    def busy_streams(self) -> set[Stream]:
+        return {slot.stream for slot in self.pool.busy() if slot.stream is not None}
+
     def next_retry(self) -> float | None:
-        """When (monotonic) the earliest retry this worker scheduled that is
-        not due yet falls due: the worker wakes up then, not at the next poll.
-        Kept until it passes, whatever else wakes the worker first."""
+        """When (monotonic) the earliest retry scheduled here that is not due
+        yet falls due: the claimer wakes up then, not at the next poll."""
         now = time.monotonic()
         while self._retries_due and self._retries_due[0] <= now:
             heapq.heappop(self._retries_due)
         return self._retries_due[0] if self._retries_due else None
 
-    def handle(self, claimer: Claimer, events: list[Event]) -> None:
-        """Deliver claimed events; acknowledge the handled ones together and give
-        back the ones not started (on stop, a timeout or, in order, a failure:
-        later events of the subscription wait for it)."""
-        if not events:
-            return
-        done: list[int] = []
-        attempted: list[int] = []
-        self.in_flight.add(e.id for e in events)
-        try:
-            for run in self._runs(claimer, events):
-                if self.stop.is_set() or not self._deliver(claimer, run, done, attempted):
-                    break
-        finally:
-            try:
-                with self.in_flight.settling:
-                    if self.in_order:
-                        claimer.settle_head(stream_of(events[0]), done)
-                    else:
-                        claimer.ack(done)
-                        claimer.release(e.id for e in events[len(attempted) :])
-            finally:
-                # Also when settling failed: the heartbeat would otherwise renew
-                # these leases for ever and the events would never come back.
-                self.in_flight.discard(e.id for e in events)
-                for event in events:
-                    claimer.undecodable.pop(event.id, None)
+    def retry_due(self) -> bool:
+        """Whether a retry scheduled here fell due since the last look."""
+        due = False
+        while self._retries_due and self._retries_due[0] <= time.monotonic():
+            heapq.heappop(self._retries_due)
+            due = True
+        return due
 
-    def _runs(self, claimer: Claimer, events: list[Event]) -> Iterator[list[Event]]:
-        """The batch in runs handed to the handler thread at once: a
-        transactional handler's event alone (its transaction is this thread's),
-        consecutive others together."""
-        run: list[Event] = []
+    def halt(self) -> None:
+        """Start no further handler; running ones finish (the listener stops)."""
+        self.pool.stop.set()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- handing out ------------------------------------------------------------------
+
+    def hand_out(self, claimer: Claimer, events: list[Event]) -> None:
+        """Parallel mode: share ``events`` among the idle processes, in log order."""
+        slots = self.pool.idle()
+        self.in_flight.add(event.id for event in events)
+        share = math.ceil(len(events) / len(slots))
+        for index, slot in enumerate(slots):
+            part = events[index * share : (index + 1) * share]
+            if part:
+                self.pool.hand(slot, self._job(claimer, part))
+
+    def hand_stream(self, claimer: Claimer, stream: Stream, events: list[Event]) -> None:
+        """Ordered mode: one stream's first events, to one process."""
+        self.in_flight.add(event.id for event in events)
+        self.pool.hand(self.pool.idle()[0], self._job(claimer, events), stream)
+
+    def _job(self, claimer: Claimer, events: list[Event]) -> Job:
+        undecodable = {}
         for event in events:
-            if self.handlers[event.tag].transactional and event.id not in claimer.undecodable:
-                if run:
-                    yield run
-                    run = []
-                yield [event]
-            else:
-                run.append(event)
-        if run:
-            yield run
+            error = claimer.undecodable.pop(event.id, None)
+            if error is not None:
+                undecodable[event.id] = str(error)
+        return Job(events, undecodable, self.in_order)
 
-    def _deliver(self, claimer: Claimer, run: list[Event], done: list[int], attempted: list[int]) -> bool:
-        """Run the handlers of ``run``; each event whose attempt happened goes to
-        ``attempted``, a handled one also to ``done`` (acknowledged with its
-        batch) unless its handler is transactional (acknowledged with it).
-        False if the batch is to go no further."""
-        if self.handlers[run[0].tag].transactional and run[0].id not in claimer.undecodable:
-            return self._deliver_transactional(claimer, run[0], attempted)
-        self.handler_thread.start(self._calls(claimer, run), stop_on_failure=self.in_order)
-        carry_on = True
-        for event in run:
-            try:
-                outcome = self._outcome(event, attempted)
-            except HandlerTimeout:
-                self._failed(claimer, event, None)
-                raise
-            if outcome is None:
-                carry_on = False
-            elif outcome.error is None:
-                done.append(event.id)
-                self._observe(event, "handled", outcome.seconds)
-            else:
-                self._failed(claimer, event, outcome)
-                carry_on = carry_on and not self.in_order
-        return carry_on
+    # -- collecting -------------------------------------------------------------------
 
-    def _calls(self, claimer: Claimer, run: list[Event]) -> list[Call]:
-        """One call per event, except that consecutive events of one batch
-        handler's tag make one call (undecodable ones stay apart)."""
-        calls: list[Call] = []
-        for event in run:
-            handler = self.handlers[event.tag]
-            if handler.batch and event.id not in claimer.undecodable:
-                last = calls[-1] if calls else None
-                if last is not None and last.batch and last.events[0].tag == event.tag:
-                    last.events.append(event)
-                else:
-                    calls.append(Call(handler.function, [event], batch=True))
-            else:
-                calls.append(Call(self._function(claimer, event), [event]))
-        return calls
+    def collect(self, claimer: Claimer, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for reports and settle what they
+        say; cut off handlers over --timeout. True if a job ended."""
+        self.acknowledge(claimer)
+        ended = False
+        for slot in self.pool.wait(min(timeout, WAIT_SLICE, self._until_overdue())):
+            reports = self.pool.receive(slot)
+            if reports is None:
+                pid, reason = slot.process.pid, self.pool.reason(slot)
+                if slot.job is not None:
+                    log.warning("%s (pid %s); starting a new one", reason, pid)
+                ended = self._abort(claimer, slot, reason, time.monotonic() - slot.heard) or ended
+            elif slot.job is not None:
+                ended = self._record(claimer, slot, reports) or ended
+        return self._cut_off_overdue(claimer) or ended
 
-    def _function(self, claimer: Claimer, event: Event) -> Callable[..., object]:
-        """The event's handler; for an event that could not be decoded, a
-        stand-in that fails with the reason, so the attempt is counted and
-        the event goes dead after --max-attempts like any failure."""
-        error = claimer.undecodable.pop(event.id, None)
-        if error is None:
-            return self.handlers[event.tag].function
-
-        def undecodable(_: Event) -> None:
-            raise error
-
-        return undecodable
-
-    def _deliver_transactional(self, claimer: Claimer, event: Event, attempted: list[int]) -> bool:
-        """The handler's writes and the acknowledgement commit together."""
-        handler = self.handlers[event.tag]
-        outcome: Outcome | None = None
+    def acknowledge(self, claimer: Claimer) -> None:
+        """Acknowledge the handled events, together."""
+        if not self._handled:
+            return
+        ids, self._handled = self._handled, []
         try:
-            with claimer.db.transaction() as cursor:
-                event.cursor = cursor
-                try:
-                    self.handler_thread.start([Call(handler.function, [event])], stop_on_failure=True)
-                    outcome = self._outcome(event, attempted)
-                finally:
-                    event.cursor = None
-                if outcome is None:
-                    return False
-                if outcome.error is not None:
-                    raise outcome.error
-                claimer.ack_in(cursor, event.id, held=self.in_order)
-        except HandlerTimeout:
-            self._failed(claimer, event, None)  # now that its transaction is rolled back
-            raise
-        except Exception as exc:  # the handler's, or its writes' at commit
-            self._failed(claimer, event, Outcome(exc, outcome.seconds if outcome else 0.0))
+            with self.in_flight.settling:
+                claimer.ack(ids)
+        finally:
+            # Also when settling failed: the heartbeat would otherwise renew
+            # these leases for ever and the events would never come back.
+            self.in_flight.discard(ids)
+
+    def _record(self, claimer: Claimer, slot: Slot, reports: list[Report]) -> bool:
+        """Take in a slot's reports; True if its job ended with them."""
+        assert slot.job is not None
+        for report in reports:
+            event = slot.job.events[slot.reported]
+            slot.reported += 1
+            if not report.started:
+                slot.unstarted.append(event.id)
+            elif report.error is None:
+                slot.done.append(event.id)
+                self._observe(event, "handled", report.seconds)
+            else:
+                self._failed(claimer, event, report.error, report.seconds)
+        if slot.reported < len(slot.job.events):
             return False
-        self._observe(event, "handled", outcome.seconds)
+        self._finish(claimer, slot)
         return True
 
-    def _outcome(self, event: Event, attempted: list[int]) -> Outcome | None:
-        """The handler thread's report on ``event`` (None: not started). On a
-        timeout the worker stops (the caller records the failed attempt)."""
-        self.stamp()
-        try:
-            outcome = self.handler_thread.outcome()
-        except HandlerTimeout:
-            self.stop.set()  # first of all: the thread must start no further handler
-            attempted.append(event.id)
-            raise
-        if outcome is not None:
-            attempted.append(event.id)
-        return outcome
+    def _until_overdue(self) -> float:
+        """Seconds until the first running handler is over --timeout."""
+        heard = [slot.heard for slot in self.pool.busy()]
+        return max(min(heard) + self.options.timeout - time.monotonic(), 0.0) if heard else WAIT_SLICE
 
-    def _failed(self, claimer: Claimer, event: Event, outcome: Outcome | None) -> None:
-        """Record a failed attempt; ``outcome`` None means it timed out."""
-        if outcome is None:
-            error, seconds = f"timed out after {self.options.timeout:g}s", self.options.timeout
-        else:
-            error, seconds = f"{type(outcome.error).__name__}: {outcome.error}", outcome.seconds
+    def _cut_off_overdue(self, claimer: Claimer) -> bool:
+        """Kill the processes whose handler runs over --timeout; their events
+        fail, the other processes go on. True if one was."""
+        ended = False
+        for slot in self.pool.busy():
+            if time.monotonic() - slot.heard <= self.options.timeout:
+                continue
+            reports = self.pool.receive(slot)  # what it finished just before
+            if reports and self._record(claimer, slot, reports):
+                ended = True
+                continue
+            event = slot.running
+            if event is None or time.monotonic() - slot.heard <= self.options.timeout:
+                continue
+            log.error(
+                "handler for %s ran over --timeout (%gs) on event %s; killing its process pid %s",
+                event.tag,
+                self.options.timeout,
+                event.id,
+                slot.process.pid,
+            )
+            self.pool.kill(slot)
+            ended = self._abort(claimer, slot, f"timed out after {self.options.timeout:g}s", self.options.timeout)
+        return ended
+
+    def _abort(self, claimer: Claimer, slot: Slot, error: str, seconds: float) -> bool:
+        """A slot's process is gone: its running event fails, the rest of its
+        job was never started; a fresh process takes the slot. True if it
+        had a job."""
+        had_job = slot.job is not None
+        try:
+            event = slot.running
+            if event is not None:
+                slot.reported += 1
+                self._failed(claimer, event, error, seconds)
+            if had_job:
+                self._finish(claimer, slot)
+        finally:
+            self.pool.replace(slot)
+        return had_job
+
+    def _finish(self, claimer: Claimer, slot: Slot) -> None:
+        """Settle an ended job: handled events (acknowledged now in order,
+        later with others in parallel), events not started (pending again)."""
+        assert slot.job is not None
+        ids = [event.id for event in slot.job.events]
+        unstarted = slot.unstarted + ids[slot.reported :]
+        done, stream = slot.done, slot.stream
+        slot.clear()
+        try:
+            with self.in_flight.settling:
+                if stream is not None:
+                    claimer.settle_head(stream, done)
+                else:
+                    claimer.release(unstarted)
+        finally:
+            if stream is None:
+                self._handled.extend(done)
+                self.in_flight.discard(set(ids) - set(done))
+            else:
+                self.in_flight.discard(ids)
+
+    def _failed(self, claimer: Claimer, event: Event, error: str, seconds: float) -> None:
+        """Record a failed attempt, retried by backoff or dead."""
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
         if not dead:

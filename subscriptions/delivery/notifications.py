@@ -91,6 +91,15 @@ class Notifications:
                 self._collector.flush()
                 return
 
+    def arrived(self) -> bool:
+        """Whether a notification came since the last wait or look, without waiting."""
+        if self._collector is None:
+            return False
+        if any(self._collector.wait(0).values()):
+            self._collector.flush()
+            return True
+        return False
+
     def close(self) -> None:
         """Close the collector, working around firebird-driver 2.1 raising
         TypeError when a notification is still queued (it is consumed a moment later)."""

@@ -1,6 +1,6 @@
-"""Failing at once what a dead worker process held.
+"""Failing at once what a dead claimer process held.
 
-The supervisor sees a worker die (SIGKILL, the OOM killer, a crash) the
+The supervisor sees its claimer die (SIGKILL, the OOM killer, a crash) the
 moment it happens; its claims would otherwise wait for their lease to run out
 (30 s by default). The lease stays for what the supervisor cannot see: the
 death of the whole listener or of its host.
@@ -24,10 +24,10 @@ log = logging.getLogger("subs.listener")
 UNLIMITED = 2**31 - 1
 
 
-def exit_reason(exitcode: int | None) -> str:
+def exit_reason(exitcode: int | None, process: str = "handler process") -> str:
     if exitcode is not None and exitcode < 0:
-        return f"handler process died: signal {-exitcode}"
-    return f"handler process exited with code {exitcode}"
+        return f"{process} died: signal {-exitcode}"
+    return f"{process} exited with code {exitcode}"
 
 
 def fail_abandoned(db: Database, owner: str, reason: str, options: ListenOptions) -> bool:

@@ -1,19 +1,20 @@
-"""`subs listen`'s supervisor of worker processes.
+"""`subs listen`'s supervisor of its claimer process.
 
-The supervisor holds no database connection while it runs: it starts
-``--workers`` processes (spawn: forking a process that has the embedded engine
-loaded hangs), restarts one that dies, forwards SIGTERM/SIGINT for a graceful
-stop bounded by ``--grace``, and kills them all on a second signal. Workers
-send their handler outcomes to it for the metrics endpoint, and stamp a shared
+The supervisor holds no database connection while it runs: it starts the
+claimer process (worker.py; spawn: forking a process that has the embedded
+engine loaded hangs), which runs the ``--workers`` handler processes,
+restarts it when it dies, forwards SIGTERM/SIGINT for a graceful stop
+bounded by ``--grace``, and kills it on a second signal. The claimer sends
+its handler outcomes to it for the metrics endpoint, and stamps a shared
 progress clock: one that stops stamping for longer than a handler may run
 plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
-housekeeping thread disconnects attachments the server keeps for dead workers
-(reaper.py) when a worker dies and every REAP_INTERVAL, fails at once the
-events a dead worker held (recovery.py), records the console's per-minute
-statistics (stats.py), and rebuilds the claim index every REBUILD_EVERY
-handled events (housekeeping.py). Workers die with the
-supervisor (a parent-death signal), so a SIGKILLed listener leaves none
-behind.
+housekeeping thread disconnects attachments the server keeps for dead
+claimers (reaper.py) when one dies and every REAP_INTERVAL, fails at once
+the events a dead claimer held (recovery.py), records the console's
+per-minute statistics (stats.py), and rebuilds the claim index every
+REBUILD_EVERY handled events (housekeeping.py). The claimer and its handler
+processes die with their parent (a parent-death signal), so a SIGKILLed
+listener leaves none behind.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class Supervisor:
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
         housekeeping_thread = threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)
         try:
-            self.workers = [self._start() for _ in range(self.options.workers)]
+            self.workers = [self._start()]
             housekeeping_thread.start()
             next_queue_refresh = 0.0
             while True:
@@ -209,7 +210,8 @@ class Supervisor:
                         continue
                     log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
                     if process.pid is not None:
-                        self.abandoned.put((reaper.owner(process.pid), recovery.exit_reason(process.exitcode)))
+                        reason = recovery.exit_reason(process.exitcode, "claimer process")
+                        self.abandoned.put((reaper.owner(process.pid), reason))
                     self.reap_now.set()
                     time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
                     self.workers[index] = self._start()

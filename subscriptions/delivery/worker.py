@@ -1,26 +1,27 @@
-"""A listener worker process: wait for events, claim, run handlers, settle.
+"""The listener's claimer process: wait for events, claim, hand them to the
+handler processes, settle.
 
-The loop is: register for the tags' Firebird events (notifications.py), drain
-everything claimable, wait for a notification or the poll interval, drain
-again. A dead attachment
-shows up as an error in the next drain (at the latest after one poll interval);
-the worker then exits with EXIT_RESTART without touching the dead handles and
-the supervisor starts a fresh one at once, which connects with backoff.
+The loop is: register for the tags' Firebird events (notifications.py), keep
+the handler processes (pool.py) busy while anything is claimable, wait for a
+notification, the poll interval or a retry's due time, and again. One
+claimer per listener claims for all its handler processes: in parallel mode
+as many events as its idle processes take (a batch each), in ordered mode
+the first events of each stream with a claimable head, one stream per
+process. It settles what they report (dispatch.py), and a heartbeat thread
+(heartbeat.py) renews the leases of what is in flight. So a listener holds
+two attachments whatever --workers says, plus one per handler process that
+runs a transactional handler.
 
-Claimed batches go to the dispatcher (dispatch.py), which runs handlers on
-a helper thread (handler_thread.py) so that one that hangs can be cut off
-after ``--timeout``: the attempt is recorded as failed and the worker exits
-(the supervisor starts a new one). A heartbeat thread (heartbeat.py) renews
-the leases of what is in flight.
-
-The loop stamps ``progress`` (shared with the supervisor) as it goes; a worker
-stuck anywhere else, say in a driver call on a dead connection, stops
-stamping and the supervisor replaces it.
+A dead attachment shows up as an error in the next claim (at the latest after
+one poll interval); the claimer then exits with EXIT_RESTART without touching
+the dead handles and the supervisor starts a fresh one at once, which
+connects with backoff. The loop stamps ``progress`` (shared with the
+supervisor) as it goes; a claimer stuck anywhere, say in a driver call on a
+dead connection, stops stamping and the supervisor replaces it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -39,11 +40,10 @@ from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 from subscriptions.plugins import collect_handlers, plugin_manager
 
-from . import reaper
+from . import lifeline, reaper
 from .batching import BatchSize
 from .claims import Claimer, Target, load_targets, streams
 from .dispatch import Dispatcher
-from .handler_thread import HandlerTimeout
 from .heartbeat import renew_leases
 from .metrics import Metrics
 from .notifications import Notifications
@@ -53,11 +53,15 @@ from .serving import serves
 log = logging.getLogger("subs.worker")
 
 EXIT_OK = 0
-EXIT_RESTART = 3  # a handler timed out or the connection died: start a fresh worker at once
+EXIT_RESTART = 3  # the connection died: start a fresh claimer at once
 RECONNECT_MAX = 30.0
 _TEARDOWN_TIMEOUT = 5.0
-PR_SET_PDEATHSIG = 1
 CONFLICT_PAUSE = 0.05
+# How often the claimer looks for notifications while some handler
+# processes are busy and others idle (it waits on their reports meanwhile).
+NOTIFICATION_SLICE = 0.005
+WAIT_SLICE = 0.5
+WAIT_FOR_START = 1.0
 
 
 class Worker:
@@ -75,7 +79,7 @@ class Worker:
         self.targets: dict[int, Target] = {}
         self.metrics = Metrics()
         self.batch = BatchSize(options.batch)
-        self.dispatcher = Dispatcher(options, self.handlers, self.stop, self._stamp, self.metrics, self.batch)
+        self.dispatcher = Dispatcher(options, self.owner, self.metrics, self.batch)
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
 
@@ -88,7 +92,12 @@ class Worker:
         if threading.current_thread() is not threading.main_thread():
             return  # embedded in a host program (tests): its signals are its own
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.stop.set())
+            signal.signal(signum, lambda *_: self.halt())
+
+    def halt(self) -> None:
+        """Stop gracefully: running handlers finish, nothing new starts."""
+        self.stop.set()
+        self.dispatcher.halt()
 
     def _attach(self) -> Database:
         """A new attachment, tagged so a listener can reap it if we die."""
@@ -173,15 +182,17 @@ class Worker:
                         return EXIT_OK
                     if not worked:
                         self._wait()
-                except HandlerTimeout:
-                    return EXIT_RESTART
                 except (DatabaseError, SubsError) as exc:
-                    if self.claimer is not None and isinstance(exc, DatabaseError) and is_connection_lost(exc):
+                    lost = isinstance(exc, DatabaseError) and is_connection_lost(exc)
+                    if self.claimer is not None and (lost or self.dispatcher.busy()):
                         # The client library is not to be trusted with the handles of a
                         # dead remote attachment (a rollback that never returns, a crash
-                        # closing its events): leave them alone, a fresh worker reconnects.
-                        log.warning("database connection lost: %s; restarting the worker to reconnect", first_line(exc))
-                        self.abandoned = True
+                        # closing its events): leave them alone, a fresh claimer
+                        # reconnects. Events in flight are failed at once by the
+                        # supervisor, which sees this process go.
+                        what = "database connection lost" if lost else "database error with handlers running"
+                        log.warning("%s: %s; restarting the claimer to reconnect", what, first_line(exc))
+                        self.abandoned = lost
                         return EXIT_RESTART
                     pause = backoff.next_pause()
                     log.warning("database error: %s; reconnecting in %.1fs", first_line(exc), pause)
@@ -189,46 +200,81 @@ class Worker:
                     self.stop.wait(pause)
             return EXIT_OK
         finally:
+            self.dispatcher.close()
             self._flush_reports()
             if not self.abandoned:
                 self._disconnect()
 
     def _drain(self, claimer: Claimer) -> bool:
-        """Handle everything claimable now; True if anything was claimed. A
-        claim that met a conflict claimed nothing but proves nothing either
-        (other claimers were busy at the same rows): try again shortly,
-        rather than wait for the next wake-up or, with --drain, leave early."""
-        worked = False
-        while not self.stop.is_set() and self.targets:
+        """Keep the handler processes busy while anything is claimable, and
+        settle what they report; returns once nothing is claimable and
+        nothing is in flight (or, on stop, once the running handlers are
+        done). True if anything was claimed.
+
+        ``more`` says a claim may find something: at first, after a claim
+        that filled what it asked for or met a conflict, after a job ended in
+        ordered mode or with --key-order (what it held back is free now), on
+        a notification, and when a retry falls due."""
+        worked, more = False, True
+        in_turn = self.dispatcher.in_order or self.options.key_order
+        while True:
             self._stamp()
-            conflicts = claimer.conflicts
-            if self.dispatcher.in_order:
-                claimed = False
-                ready = claimer.ready()
-                for (_, tag), stream in streams(self.targets.values()).items():
-                    if self.stop.is_set():
-                        break
-                    if not any(target.sub_id in ready for target in stream):
-                        continue
-                    events = claimer.claim_head(stream, self.batch.size([tag]))
-                    claimed = claimed or bool(events)
-                    self.dispatcher.handle(claimer, events)
-            else:
-                tags = {target.tag for target in self.targets.values()}
-                events = claimer.claim(self.targets, self.batch.size(tags))
-                claimed = bool(events)
-                self.dispatcher.handle(claimer, events)
-            conflicts = claimer.conflicts - conflicts
-            if conflicts:
-                self.metrics.count_claim_conflicts(conflicts)
-            self._flush_reports()
-            if not claimed and conflicts:
-                self.stop.wait(CONFLICT_PAUSE)
-                continue
-            if not claimed:
+            if self.stop.is_set() or not self.targets:
+                more = False
+            elif not more:
+                more = self.notifications.arrived() or self.dispatcher.retry_due()
+            if more and self.dispatcher.free_slots():
+                self.dispatcher.acknowledge(claimer)
+                conflicts = claimer.conflicts
+                claimed, more = self._claim_streams(claimer) if self.dispatcher.in_order else self._claim(claimer)
+                conflicts = claimer.conflicts - conflicts
+                if conflicts:  # the claim proves nothing: other claimers were busy at the same rows
+                    self.metrics.count_claim_conflicts(conflicts)
+                    more = True
+                    if not claimed:
+                        self.stop.wait(CONFLICT_PAUSE)
+                worked = worked or claimed
+                self._flush_reports()
+            if not self.dispatcher.busy():
+                if more and not self.stop.is_set():
+                    if not self.dispatcher.free_slots():  # handler processes still starting
+                        self.dispatcher.collect(claimer, WAIT_FOR_START)
+                    continue
+                self.dispatcher.acknowledge(claimer)
+                self._flush_reports()
                 return worked
-            worked = True
-        return worked
+            idle_and_waiting = bool(self.dispatcher.free_slots()) and not more and not self.stop.is_set()
+            ended = self.dispatcher.collect(claimer, NOTIFICATION_SLICE if idle_and_waiting else WAIT_SLICE)
+            more = more or (ended and in_turn)
+
+    def _claim(self, claimer: Claimer) -> tuple[bool, bool]:
+        """Parallel mode: a batch for each idle handler process. Returns
+        whether anything was claimed and whether it got all it asked for."""
+        tags = {target.tag for target in self.targets.values()}
+        wanted = self.batch.size(tags) * self.dispatcher.free_slots()
+        events = claimer.claim(self.targets, wanted)
+        if events:
+            self.dispatcher.hand_out(claimer, events)
+        return bool(events), len(events) >= wanted
+
+    def _claim_streams(self, claimer: Claimer) -> tuple[bool, bool]:
+        """Ordered mode: the first events of each stream whose head is
+        claimable, one stream per idle handler process. Returns whether
+        anything was claimed and whether streams were left for lack of
+        processes."""
+        ready = claimer.ready()
+        busy = self.dispatcher.busy_streams()
+        claimed = False
+        for key, stream in streams(self.targets.values()).items():
+            if key in busy or not any(target.sub_id in ready for target in stream):
+                continue
+            if not self.dispatcher.free_slots() or self.stop.is_set():
+                return claimed, True
+            events = claimer.claim_head(stream, self.batch.size([key[1]]))
+            if events:
+                claimed = True
+                self.dispatcher.hand_stream(claimer, key, events)
+        return claimed, False
 
     # -- reports --------------------------------------------------------------------
 
@@ -239,23 +285,10 @@ class Worker:
             self.reports.put(delta)
 
 
-def _die_with(parent: int) -> None:
-    """Have the kernel SIGKILL this process when the supervisor ``parent``
-    dies (Linux's parent-death signal): a SIGKILLed listener must not leave
-    workers behind holding claims. Their events come back after the lease."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        log.debug("no parent-death signal on this system; workers outlive a killed listener")
-    if os.getppid() != parent:  # it died before the signal was set up
-        os._exit(EXIT_OK)
-
-
 def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double | None = None, parent: int = 0) -> None:
     """Entry point of a spawned worker process."""
     if parent:
-        _die_with(parent)
+        lifeline.die_with(parent)
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     worker = Worker(options, reports, progress)
     worker._install_signal_handlers()

@@ -1,0 +1,215 @@
+"""A handler process: runs the jobs its listener's claimer hands it.
+
+Handler processes hold no database attachment, except one for a
+transactional handler, whose writes and acknowledgement commit together.
+A job's events are handled one after the other and reported back in order,
+at most REPORT_EVERY seconds late and at the job's end, so the claimer sees
+each process's progress and can cut off one that runs over --timeout (by killing
+it: a thread cannot be stopped). Signals are the claimer's business: a
+handler process ignores SIGINT and SIGTERM, finishes its call when the
+pool's ``stop`` is set, and exits when its pipe closes or its parent dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event as ProcessEvent
+
+from subscriptions import logs
+from subscriptions.capture.values import UndecodableEvent
+from subscriptions.db.connection import Database
+from subscriptions.events import Event
+from subscriptions.plugins import Handler, collect_handlers, plugin_manager
+
+from . import lifeline, reaper
+from .calls import Call, Caller, describe, invoke
+from .claims import Claimer
+from .options import ListenOptions
+from .serving import serves
+
+log = logging.getLogger("subs.handler")
+REPORT_EVERY = 0.05
+
+
+@dataclass(frozen=True)
+class Job:
+    """Events for one handler process. ``undecodable``: why an event could
+    not be decoded (its attempt fails without a handler). ``in_order``: an
+    ordered stream's events, held under the stream's lease: the first
+    failure ends the job."""
+
+    events: list[Event]
+    undecodable: dict[int, str]  # event id: the decoding error's message
+    in_order: bool
+
+
+@dataclass(frozen=True)
+class Report:
+    """How one event of a job went: ``error`` is what its attempt failed
+    with; not ``started``: never handed to its handler."""
+
+    event_id: int
+    error: str | None
+    seconds: float
+    started: bool = True
+
+
+class Reporter:
+    """Sends reports to the claimer in groups: at a job's end, and from a
+    thread of its own at most REPORT_EVERY seconds after each report, also
+    while the next handler is still running (or hung)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._pending: list[Report] = []
+        self._lock = threading.Condition()
+        threading.Thread(target=self._send_late, name="reporter", daemon=True).start()
+
+    def add(self, reports: Iterable[Report]) -> None:
+        with self._lock:
+            self._pending.extend(reports)
+            self._lock.notify()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._send()
+
+    def _send(self) -> None:
+        if self._pending:
+            self.connection.send(self._pending)
+            self._pending = []
+
+    def _send_late(self) -> None:
+        with self._lock:
+            while True:
+                self._lock.wait_for(lambda: bool(self._pending))
+                self._lock.wait(REPORT_EVERY)
+                self._send()
+
+
+class Runner:
+    """Runs jobs in this process; attaches only for transactional handlers."""
+
+    def __init__(self, options: ListenOptions, owner: str, stop: ProcessEvent) -> None:
+        self.options = options
+        self.owner = owner
+        self.stop = stop
+        self.handlers: dict[str, Handler] = collect_handlers(plugin_manager(options.plugins), options.handler_config)
+        self.caller = Caller()
+        self.claimer: Claimer | None = None
+
+    def run(self, job: Job, reporter: Reporter) -> None:
+        """Handle ``job`` and report every event of it, in order."""
+        carry_on = True
+        for call in self._calls(job):
+            if not carry_on or self.stop.is_set():
+                reporter.add(Report(event.id, None, 0.0, started=False) for event in call.events)
+                continue
+            started = time.monotonic()
+            errors = self.caller.run(call)
+            seconds = (time.monotonic() - started) / len(errors)
+            reports = []
+            for event, error in zip(call.events, errors, strict=True):
+                if carry_on:
+                    reports.append(Report(event.id, None if error is None else describe(error), seconds))
+                else:  # in order, after a failed event of the same batch call
+                    reports.append(Report(event.id, None, 0.0, started=False))
+                carry_on = carry_on and (error is None or not job.in_order)
+            reporter.add(reports)
+        reporter.flush()
+
+    def _calls(self, job: Job) -> Iterator[Call]:
+        """One call per event, except that consecutive events of one batch
+        handler's tag make one call."""
+        batch: Call | None = None
+        for event in job.events:
+            handler = self.handlers[event.tag]
+            why = job.undecodable.get(event.id)
+            if why is None and handler.batch:
+                if batch is not None and batch.events[0].tag == event.tag:
+                    batch.events.append(event)
+                    continue
+                if batch is not None:
+                    yield batch
+                batch = Call(handler.function, [event], batch=True)
+                continue
+            if batch is not None:
+                yield batch
+                batch = None
+            if why is not None:
+                yield Call(_raising(why), [event])
+            elif handler.transactional:
+                yield Call(self._transactional(handler, job.in_order), [event])
+            else:
+                yield Call(handler.function, [event])
+        if batch is not None:
+            yield batch
+
+    def _transactional(self, handler: Handler, held: bool) -> Callable[[Event], object]:
+        """The handler with its writes and the event's acknowledgement in one
+        transaction: both commit, or neither does."""
+
+        def run_in_transaction(event: Event) -> object:
+            claimer = self._claimer()
+            with claimer.db.transaction() as cursor:
+                event.cursor = cursor
+                try:
+                    result = invoke(handler.function, event)
+                finally:
+                    event.cursor = None
+                claimer.ack_in(cursor, event.id, held=held)
+            return result
+
+        return run_in_transaction
+
+    def _claimer(self) -> Claimer:
+        if self.claimer is None:
+            db = Database(self.options.settings)
+            reaper.tag(db, self.owner, serves(self.options))
+            self.claimer = Claimer(db, self.owner, self.options.lease)
+        return self.claimer
+
+    def close(self) -> None:
+        if self.claimer is not None:
+            self.claimer.free_statements()
+            self.claimer.db.close()
+
+
+def _raising(why: str) -> Callable[[Event], object]:
+    def undecodable(_: Event) -> None:
+        raise UndecodableEvent(why)
+
+    return undecodable
+
+
+def main(options: ListenOptions, connection: Connection, stop: ProcessEvent, owner: str, parent: int) -> None:
+    """Entry point of a spawned handler process."""
+    lifeline.die_with(parent)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
+    runner = Runner(options, owner, stop)
+    connection.send([])  # an empty report: ready
+    reporter = Reporter(connection)
+    try:
+        while True:
+            try:
+                job = connection.recv()
+            except (EOFError, OSError):  # the claimer is gone
+                break
+            if job is None:
+                break
+            runner.run(job, reporter)
+    finally:
+        runner.close()
+        logging.shutdown()
+        # Leave without interpreter shutdown: threads a handler left behind
+        # must not keep the process alive.
+        os._exit(0)
