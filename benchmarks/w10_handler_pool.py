@@ -89,11 +89,14 @@ def _handler_processes(listener: int) -> list[int]:
     """The listener's grandchildren: its claimer's handler processes."""
     _wait_for(lambda: len(_children(listener)) == 1, "the claimer process")
     (claimer,) = _children(listener)
+    _wait_for(lambda: len(_children(claimer)) == 1, "the handler process")
     return _children(claimer)
 
 
 def _children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    """The processes ``pid`` started with multiprocessing's spawn (not its resource tracker)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes()]
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

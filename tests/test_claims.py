@@ -166,3 +166,18 @@ def test_ready_names_the_subscriptions_whose_head_can_be_claimed(items):
         execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
         Subs(items).ok("pause", "others", "I", "rec")
         assert claimer.ready() == {2}  # ITEMS I waits for its retry, OTHERS is paused
+
+
+def test_a_large_batch_of_long_ids_is_claimed_and_acknowledged_whole(items):
+    """The claimer claims for all its handler processes at once: hundreds of
+    ids of many digits travel in one list parameter per statement, which an
+    attachment in UTF8 passes only up to 8,191 characters."""
+    execute(items, "ALTER TABLE EVENT_LOG ALTER COLUMN EVENT_ID RESTART WITH 1000000000000000")
+    insert(items, 1, 1000)
+    with Database(items) as db:
+        targets = {t.sub_id: t for t in load_targets(db) if t.action == "I"}
+        claimer = Claimer(db, "a:1", 30)
+        events = claimer.claim(targets, 1000)
+        assert len(events) > 300 and min(e.id for e in events) >= 10**15
+        assert claimer.ack([e.id for e in events]) == len(events)
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(1000 - len(events),)]

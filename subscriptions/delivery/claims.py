@@ -32,9 +32,11 @@ from subscriptions.db.retry import Backoff, retrying
 from subscriptions.events import Event
 
 MAX_ERROR_LENGTH = 2000
-# Event ids per settling statement: what its VARCHAR(32000) list of ids
-# holds (BIGINTs of up to 19 digits and a comma).
-MAX_IDS = 1500
+# Event ids per settling statement (and candidates per Firebird 3/4 claim):
+# what its list of ids holds. The list is a VARCHAR(32000) parameter, but an
+# attachment in UTF8 passes at most 8,191 characters (32,765 bytes / 4);
+# BIGINTs have up to 19 digits and a comma.
+MAX_IDS = 400
 # Prepared statements kept per attachment (claims: one per set of targets seen).
 MAX_PREPARED = 32
 # Firebird 3/4: candidates read per event wanted, since other claimers may
