@@ -24,12 +24,12 @@ from typing import Any
 
 from firebird.driver import Cursor, DatabaseError, Statement
 
-from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, read_blob
 from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
 from subscriptions.db.retry import Backoff, retrying
-from subscriptions.events import Event
+
+from .claimed import Claimed
 
 MAX_ERROR_LENGTH = 2000
 # Event ids per settling statement (and candidates per Firebird 3/4 claim):
@@ -62,7 +62,7 @@ class Target:
 Stream = tuple[str, str]  # (table, tag): what ordered mode keeps in log order
 
 
-def stream_of(subscription: Target | Event) -> Stream:
+def stream_of(subscription: Target) -> Stream:
     return subscription.table, subscription.tag
 
 
@@ -92,8 +92,6 @@ class Claimer:
         self.conflicts = 0
         self._sql = sql.load("claims")
         self._prepared: dict[str, Statement] = {}
-        # Claimed events whose captured row could not be decoded, by event id.
-        self.undecodable: dict[int, UndecodableEvent] = {}
         self.database_id = database_id(db)
 
     def _execute(self, cursor: Cursor, statement: str, params: Sequence[Any]) -> None:
@@ -112,42 +110,33 @@ class Claimer:
             statement.free()
         self._prepared.clear()
 
-    def _events(self, rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Event]:
-        """Claimed rows (the columns of claimed_columns) as events. A row that
-        cannot be decoded still becomes an event, without values, and goes to
-        ``undecodable``: its delivery fails, and its worker goes on."""
-        events = []
+    def _claimed(self, rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Claimed]:
+        """Claimed rows (the columns of claimed_columns), their values left
+        encoded; long ones are read before the claim's transaction ends."""
+        claimed = []
         for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts in rows:
             target = targets[sub_id]
-            try:
-                pk = decode(row_key) or {}
-                old_values = decode(old if long_old is None else read_blob(long_old))
-                new_values = decode(new if long_new is None else read_blob(long_new))
-            except UndecodableEvent as exc:
-                self.undecodable[event_id] = exc
-                pk, old_values, new_values = {}, None, None
-            events.append(
-                Event(
+            claimed.append(
+                Claimed(
                     id=event_id,
                     table=target.table,
                     action=target.action,
                     tag=target.tag,
-                    pk=pk,
-                    old=old_values,
-                    new=new_values,
+                    subscription_id=sub_id,
                     attempt=attempts,
                     created_at=created_at,
-                    subscription_id=sub_id,
                     database_id=self.database_id,
+                    row_key=row_key,
+                    old=old if long_old is None else read_blob(long_old),
+                    new=new if long_new is None else read_blob(long_new),
                 )
             )
-        return events
+        return claimed
 
-    def _claim(self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target]) -> list[Event]:
+    def _claim(self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target]) -> list[Claimed]:
         try:
             with self.db.transaction(nowait_tpb()) as cursor:
-                # BLOB values are read before the transaction ends.
-                return self._events(claim(cursor), targets)
+                return self._claimed(claim(cursor), targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
             # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
@@ -161,7 +150,7 @@ class Claimer:
             self.conflicts += 1
             return []
 
-    def claim(self, targets: dict[int, Target], limit: int) -> list[Event]:
+    def claim(self, targets: dict[int, Target], limit: int) -> list[Claimed]:
         """Up to ``limit`` claimable events of ``targets``, oldest first; with
         ``key_order``, only events with no earlier live event of their key."""
         sub_ids = list(targets)
@@ -189,7 +178,7 @@ class Claimer:
             self._execute(cursor, self._sql["ready"], ())
             return {row[0] for row in cursor.fetchall()}
 
-    def claim_head(self, stream: Sequence[Target], limit: int) -> list[Event]:
+    def claim_head(self, stream: Sequence[Target], limit: int) -> list[Claimed]:
         """The first events of one stream (the targets of one table and tag),
         in log order, if the first one is available, under the stream's
         lease: up to ``limit`` of each subscription's. Settle them with

@@ -11,9 +11,8 @@ import logging
 import math
 import time
 
-from subscriptions.events import Event
-
 from .batching import BatchSize
+from .claimed import Claimed
 from .claims import Claimer, Stream
 from .handler_process import Job, Report
 from .heartbeat import InFlight
@@ -78,7 +77,7 @@ class Dispatcher:
 
     # -- handing out ------------------------------------------------------------------
 
-    def hand_out(self, claimer: Claimer, events: list[Event]) -> None:
+    def hand_out(self, events: list[Claimed]) -> None:
         """Parallel mode: share ``events`` among the idle processes, in log order."""
         slots = self.pool.idle()
         self.in_flight.add(event.id for event in events)
@@ -86,20 +85,12 @@ class Dispatcher:
         for index, slot in enumerate(slots):
             part = events[index * share : (index + 1) * share]
             if part:
-                self.pool.hand(slot, self._job(claimer, part))
+                self.pool.hand(slot, Job(part, in_order=False))
 
-    def hand_stream(self, claimer: Claimer, stream: Stream, events: list[Event]) -> None:
+    def hand_stream(self, stream: Stream, events: list[Claimed]) -> None:
         """Ordered mode: one stream's first events, to one process."""
         self.in_flight.add(event.id for event in events)
-        self.pool.hand(self.pool.idle()[0], self._job(claimer, events), stream)
-
-    def _job(self, claimer: Claimer, events: list[Event]) -> Job:
-        undecodable = {}
-        for event in events:
-            error = claimer.undecodable.pop(event.id, None)
-            if error is not None:
-                undecodable[event.id] = str(error)
-        return Job(events, undecodable, self.in_order)
+        self.pool.hand(self.pool.idle()[0], Job(events, in_order=True), stream)
 
     # -- collecting -------------------------------------------------------------------
 
@@ -217,7 +208,7 @@ class Dispatcher:
             else:
                 self.in_flight.discard(ids)
 
-    def _failed(self, claimer: Claimer, event: Event, error: str, seconds: float) -> None:
+    def _failed(self, claimer: Claimer, event: Claimed, error: str, seconds: float) -> None:
         """Record a failed attempt, retried by backoff or dead."""
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
@@ -238,6 +229,6 @@ class Dispatcher:
                 delay,
             )
 
-    def _observe(self, event: Event, outcome: str, seconds: float) -> None:
+    def _observe(self, event: Claimed, outcome: str, seconds: float) -> None:
         self.metrics.observe(event.tag, outcome, seconds, event.subscription_id)
         self.batch.observe(event.tag, seconds)

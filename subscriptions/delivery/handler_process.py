@@ -30,6 +30,7 @@ from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
 from . import lifeline, reaper
 from .calls import Call, Caller, describe, invoke
+from .claimed import Claimed
 from .claims import Claimer
 from .options import ListenOptions
 from .serving import serves
@@ -40,13 +41,10 @@ REPORT_EVERY = 0.05
 
 @dataclass(frozen=True)
 class Job:
-    """Events for one handler process. ``undecodable``: why an event could
-    not be decoded (its attempt fails without a handler). ``in_order``: an
-    ordered stream's events, held under the stream's lease: the first
-    failure ends the job."""
+    """Events for one handler process. ``in_order``: an ordered stream's
+    events, held under the stream's lease: the first failure ends the job."""
 
-    events: list[Event]
-    undecodable: dict[int, str]  # event id: the decoding error's message
+    events: list[Claimed]
     in_order: bool
 
 
@@ -127,11 +125,13 @@ class Runner:
 
     def _calls(self, job: Job) -> Iterator[Call]:
         """One call per event, except that consecutive events of one batch
-        handler's tag make one call."""
+        handler's tag make one call. An event that cannot be decoded gets a
+        call that fails with the reason, so its attempt counts and it goes
+        dead after --max-attempts like any failure."""
         batch: Call | None = None
-        for event in job.events:
+        for claimed in job.events:
+            event, why = claimed.event()
             handler = self.handlers[event.tag]
-            why = job.undecodable.get(event.id)
             if why is None and handler.batch:
                 if batch is not None and batch.events[0].tag == event.tag:
                     batch.events.append(event)
@@ -182,9 +182,9 @@ class Runner:
             self.claimer.db.close()
 
 
-def _raising(why: str) -> Callable[[Event], object]:
+def _raising(why: UndecodableEvent) -> Callable[[Event], object]:
     def undecodable(_: Event) -> None:
-        raise UndecodableEvent(why)
+        raise why
 
     return undecodable
 

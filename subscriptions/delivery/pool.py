@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
-from subscriptions.events import Event
-
 from . import handler_process
+from .claimed import Claimed
 from .claims import Stream
 from .handler_process import Job, Report
 from .options import ListenOptions
@@ -49,7 +48,7 @@ class Slot:
         self.job, self.stream, self.reported, self.done, self.unstarted = None, None, 0, [], []
 
     @property
-    def running(self) -> Event | None:
+    def running(self) -> Claimed | None:
         """The event the process is on now, if it has a job."""
         return self.job.events[self.reported] if self.job and self.reported < len(self.job.events) else None
 

@@ -254,7 +254,7 @@ class Worker:
         wanted = self.batch.size(tags) * self.dispatcher.free_slots()
         events = claimer.claim(self.targets, wanted)
         if events:
-            self.dispatcher.hand_out(claimer, events)
+            self.dispatcher.hand_out(events)
         return bool(events), len(events) >= wanted
 
     def _claim_streams(self, claimer: Claimer) -> tuple[bool, bool]:
@@ -273,7 +273,7 @@ class Worker:
             events = claimer.claim_head(stream, self.batch.size([key[1]]))
             if events:
                 claimed = True
-                self.dispatcher.hand_stream(claimer, key, events)
+                self.dispatcher.hand_stream(key, events)
         return claimed, False
 
     # -- reports --------------------------------------------------------------------
