@@ -13,7 +13,7 @@ import time
 
 from .batching import BatchSize
 from .claimed import Claimed
-from .claims import Claimer, Stream
+from .claims import MAX_IDS, Claimer, Stream
 from .handler_process import Job, Report
 from .heartbeat import InFlight
 from .metrics import Metrics
@@ -25,6 +25,8 @@ log = logging.getLogger("subs.worker")
 RETRY_MARGIN = 0.05
 # Longest wait for reports: the claimer stamps its progress in between.
 WAIT_SLICE = 0.5
+# Handled events acknowledged together at most (one settling statement).
+ACK_EVERY = MAX_IDS
 
 
 class Dispatcher:
@@ -44,13 +46,18 @@ class Dispatcher:
     # -- state ----------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        return len(self.pool.idle())
+        """Jobs the handler processes take now (each runs one and holds the next)."""
+        return len(self.pool.open_slots())
+
+    def idle(self) -> bool:
+        """Whether a handler process has nothing to do."""
+        return self.pool.idle_count() > 0
 
     def busy(self) -> bool:
         return bool(self.pool.busy())
 
     def busy_streams(self) -> set[Stream]:
-        return {slot.stream for slot in self.pool.busy() if slot.stream is not None}
+        return {stream for slot in self.pool.busy() for _, stream in slot.queue if stream is not None}
 
     def next_retry(self) -> float | None:
         """When (monotonic) the earliest retry scheduled here that is not due
@@ -77,12 +84,15 @@ class Dispatcher:
 
     # -- handing out ------------------------------------------------------------------
 
-    def hand_out(self, events: list[Claimed]) -> None:
-        """Parallel mode: share ``events`` among the idle processes, in log order."""
-        slots = self.pool.idle()
+    def hand_out(self, events: list[Claimed], batch: int) -> None:
+        """Parallel mode: share ``events`` among the processes that take a
+        job, in log order: jobs of up to ``batch`` events, but one for every
+        idle process when there are fewer."""
+        places = self.pool.open_slots()
+        jobs = min(len(places), max(math.ceil(len(events) / batch), min(len(events), self.pool.idle_count())))
+        share = math.ceil(len(events) / jobs)
         self.in_flight.add(event.id for event in events)
-        share = math.ceil(len(events) / len(slots))
-        for index, slot in enumerate(slots):
+        for index, slot in enumerate(places[:jobs]):
             part = events[index * share : (index + 1) * share]
             if part:
                 self.pool.hand(slot, Job(part, in_order=False))
@@ -90,16 +100,22 @@ class Dispatcher:
     def hand_stream(self, stream: Stream, events: list[Claimed]) -> None:
         """Ordered mode: one stream's first events, to one process."""
         self.in_flight.add(event.id for event in events)
-        self.pool.hand(self.pool.idle()[0], Job(events, in_order=True), stream)
+        self.pool.hand(self.pool.open_slots()[0], Job(events, in_order=True), stream)
 
     # -- collecting -------------------------------------------------------------------
 
     def collect(self, claimer: Claimer, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for reports and settle what they
-        say; cut off handlers over --timeout. True if a job ended."""
-        self.acknowledge(claimer)
+        say; cut off handlers over --timeout. True if a job ended. Handled
+        events are acknowledged before waiting, or once ACK_EVERY gathered."""
+        ready = self.pool.wait(0)
+        if not ready:
+            self.acknowledge(claimer)
+            ready = self.pool.wait(min(timeout, WAIT_SLICE, self._until_overdue()))
+        elif len(self._handled) >= ACK_EVERY:
+            self.acknowledge(claimer)
         ended = False
-        for slot in self.pool.wait(min(timeout, WAIT_SLICE, self._until_overdue())):
+        for slot in ready:
             reports = self.pool.receive(slot)
             if reports is None:
                 pid, reason = slot.process.pid, self.pool.reason(slot)
@@ -124,10 +140,12 @@ class Dispatcher:
             self.in_flight.discard(ids)
 
     def _record(self, claimer: Claimer, slot: Slot, reports: list[Report]) -> bool:
-        """Take in a slot's reports; True if its job ended with them."""
-        assert slot.job is not None
+        """Take in a slot's reports, in order; True if a job ended with them."""
+        ended = False
         for report in reports:
-            event = slot.job.events[slot.reported]
+            job = slot.job
+            assert job is not None
+            event = job.events[slot.reported]
             slot.reported += 1
             if not report.started:
                 slot.unstarted.append(event.id)
@@ -136,10 +154,10 @@ class Dispatcher:
                 self._observe(event, "handled", report.seconds)
             else:
                 self._failed(claimer, event, report.error, report.seconds)
-        if slot.reported < len(slot.job.events):
-            return False
-        self._finish(claimer, slot)
-        return True
+            if slot.reported == len(job.events):
+                self._finish(claimer, slot)
+                ended = True
+        return ended
 
     def _until_overdue(self) -> float:
         """Seconds until the first running handler is over --timeout."""
@@ -173,28 +191,30 @@ class Dispatcher:
 
     def _abort(self, claimer: Claimer, slot: Slot, error: str, seconds: float) -> bool:
         """A slot's process is gone: its running event fails, the rest of its
-        job was never started; a fresh process takes the slot. True if it
+        jobs were never started; a fresh process takes the slot. True if it
         had a job."""
-        had_job = slot.job is not None
+        had_job = bool(slot.queue)
         try:
             event = slot.running
             if event is not None:
                 slot.reported += 1
                 self._failed(claimer, event, error, seconds)
-            if had_job:
+            while slot.queue:
                 self._finish(claimer, slot)
         finally:
             self.pool.replace(slot)
         return had_job
 
     def _finish(self, claimer: Claimer, slot: Slot) -> None:
-        """Settle an ended job: handled events (acknowledged now in order,
-        later with others in parallel), events not started (pending again)."""
-        assert slot.job is not None
-        ids = [event.id for event in slot.job.events]
+        """Settle the slot's running job, ended or cut off: handled events
+        (acknowledged now in order, later with others in parallel), events
+        not started (pending again); the process goes on with its next job."""
+        job, stream = slot.job, slot.stream
+        assert job is not None
+        ids = [event.id for event in job.events]
         unstarted = slot.unstarted + ids[slot.reported :]
-        done, stream = slot.done, slot.stream
-        slot.clear()
+        done = slot.done
+        slot.next_job()
         try:
             with self.in_flight.settling:
                 if stream is not None:

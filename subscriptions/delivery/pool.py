@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -27,30 +28,42 @@ from .recovery import exit_reason
 
 log = logging.getLogger("subs.worker")
 CLOSE_TIMEOUT = 2.0
+DEPTH = 2  # jobs a handler process holds: the running one and the next
 
 
 @dataclass
 class Slot:
-    """One handler process and the job it is running (None: idle)."""
+    """One handler process and its jobs: the one it is running, and the next
+    one already in its pipe (DEPTH), so it never waits for the claimer."""
 
     process: BaseProcess
     connection: Connection
     ready: bool = False  # the process has loaded its handlers
-    job: Job | None = None
-    stream: Stream | None = None  # ordered mode: the stream the job belongs to
-    reported: int = 0  # the job's events reported so far, in order
-    heard: float = 0.0  # monotonic time of the last report (or of the hand-over)
-    done: list[int] = field(default_factory=list)  # the job's handled events
-    unstarted: list[int] = field(default_factory=list)  # the job's events reported as not started
+    queue: deque[tuple[Job, Stream | None]] = field(default_factory=deque)  # with the stream of an ordered job
+    reported: int = 0  # the running job's events reported so far, in order
+    heard: float = 0.0  # monotonic time of the last report (or of the job's start)
+    done: list[int] = field(default_factory=list)  # the running job's handled events
+    unstarted: list[int] = field(default_factory=list)  # its events reported as not started
 
-    def clear(self) -> None:
-        """The job is settled: the slot is idle."""
-        self.job, self.stream, self.reported, self.done, self.unstarted = None, None, 0, [], []
+    @property
+    def job(self) -> Job | None:
+        """The job the process is running (None: idle)."""
+        return self.queue[0][0] if self.queue else None
+
+    @property
+    def stream(self) -> Stream | None:
+        return self.queue[0][1] if self.queue else None
 
     @property
     def running(self) -> Claimed | None:
         """The event the process is on now, if it has a job."""
-        return self.job.events[self.reported] if self.job and self.reported < len(self.job.events) else None
+        job = self.job
+        return job.events[self.reported] if job and self.reported < len(job.events) else None
+
+    def next_job(self) -> None:
+        """The running job is settled: the process goes on with the next one, if any."""
+        self.queue.popleft()
+        self.reported, self.done, self.unstarted, self.heard = 0, [], [], time.monotonic()
 
 
 class HandlerPool:
@@ -75,25 +88,38 @@ class HandlerPool:
         theirs.close()
         return Slot(process, mine)
 
-    def idle(self) -> list[Slot]:
-        """Slots ready for a job; an idle process found dead is replaced."""
+    def open_slots(self) -> list[Slot]:
+        """Slots that take another job, one entry per job they take, idle
+        processes first; an idle process found dead is replaced."""
         for slot in self.slots:
-            if slot.job is None and not slot.process.is_alive():
+            if not slot.queue and not slot.process.is_alive():
                 log.warning("%s (pid %s, idle); starting a new one", self.reason(slot), slot.process.pid)
                 self.replace(slot)
-        return [slot for slot in self.slots if slot.job is None and slot.ready]
+        places = [
+            (position, index)
+            for index, slot in enumerate(self.slots)
+            if slot.ready
+            for position in range(len(slot.queue), DEPTH)
+        ]
+        return [self.slots[index] for _, index in sorted(places)]
+
+    def idle_count(self) -> int:
+        """Ready processes with no job at all."""
+        return sum(1 for slot in self.slots if slot.ready and not slot.queue)
 
     def busy(self) -> list[Slot]:
-        return [slot for slot in self.slots if slot.job is not None]
+        return [slot for slot in self.slots if slot.queue]
 
     def hand(self, slot: Slot, job: Job, stream: Stream | None = None) -> None:
-        slot.job, slot.stream, slot.reported, slot.heard = job, stream, 0, time.monotonic()
+        if not slot.queue:
+            slot.reported, slot.heard = 0, time.monotonic()
+        slot.queue.append((job, stream))
         slot.connection.send(job)
 
     def wait(self, timeout: float) -> list[Slot]:
         """Slots with something to read (reports, readiness, or their
         process's death), waiting up to ``timeout`` seconds for one."""
-        watched = [slot for slot in self.slots if slot.job is not None or not slot.ready]
+        watched = [slot for slot in self.slots if slot.queue or not slot.ready]
         if not watched:
             return []
         waited: dict[object, Slot] = {}
@@ -133,7 +159,8 @@ class HandlerPool:
         slot.connection.close()
         fresh = self._spawn()
         slot.process, slot.connection, slot.ready = fresh.process, fresh.connection, False
-        slot.clear()
+        slot.queue.clear()
+        slot.reported, slot.done, slot.unstarted = 0, [], []
 
     def close(self) -> None:
         """Let every process finish and leave; kill those that do not in time."""

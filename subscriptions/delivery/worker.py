@@ -224,7 +224,8 @@ class Worker:
             elif not more:
                 more = self.notifications.arrived() or self.dispatcher.retry_due()
             if more and self.dispatcher.free_slots():
-                self.dispatcher.acknowledge(claimer)
+                if self.options.key_order:  # what it handled holds back later events of its rows
+                    self.dispatcher.acknowledge(claimer)
                 conflicts = claimer.conflicts
                 claimed, more = self._claim_streams(claimer) if self.dispatcher.in_order else self._claim(claimer)
                 conflicts = claimer.conflicts - conflicts
@@ -243,18 +244,18 @@ class Worker:
                 self.dispatcher.acknowledge(claimer)
                 self._flush_reports()
                 return worked
-            idle_and_waiting = bool(self.dispatcher.free_slots()) and not more and not self.stop.is_set()
+            idle_and_waiting = self.dispatcher.idle() and not more and not self.stop.is_set()
             ended = self.dispatcher.collect(claimer, NOTIFICATION_SLICE if idle_and_waiting else WAIT_SLICE)
             more = more or (ended and in_turn)
 
     def _claim(self, claimer: Claimer) -> tuple[bool, bool]:
         """Parallel mode: a batch for each idle handler process. Returns
         whether anything was claimed and whether it got all it asked for."""
-        tags = {target.tag for target in self.targets.values()}
-        wanted = self.batch.size(tags) * self.dispatcher.free_slots()
+        batch = self.batch.size({target.tag for target in self.targets.values()})
+        wanted = batch * self.dispatcher.free_slots()
         events = claimer.claim(self.targets, wanted)
         if events:
-            self.dispatcher.hand_out(events)
+            self.dispatcher.hand_out(events, batch)
         return bool(events), len(events) >= wanted
 
     def _claim_streams(self, claimer: Claimer) -> tuple[bool, bool]:
