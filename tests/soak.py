@@ -158,6 +158,7 @@ class Soak:
         self.dumped: set[int] = set()
         self.last_delivery: dict[int, float] = {}
         self.first_seen: dict[int, float] = {}
+        self.handlers_of: dict[int, set[int]] = {}  # claimer pid: the handler processes seen under it
         self.backlog_empty_at = self.started
         self.committed = 0
         self.server = SharedServer(self.log_fault, self.notes) if args.engine == "fb3" else None
@@ -310,6 +311,13 @@ class Soak:
             self.db = None
             return None
 
+    def remember_handlers(self) -> None:
+        """Which handler processes each claimer ran: they die with it, and
+        its exit explains their cut-off deliveries."""
+        for pid, handlers in self.listener.workers().items():
+            if handlers:
+                self.handlers_of.setdefault(pid, set()).update(handlers)
+
     def monitor(self, deliveries: Progress) -> None:
         """Catch claims held far longer than any handler runs, and workers that
         stopped delivering while events wait: the known FB3 stall. Evidence
@@ -381,6 +389,7 @@ class Soak:
             if time.time() >= next_monitor:
                 self.monitor(deliveries)
                 next_monitor = time.time() + MONITOR_EVERY
+            self.remember_handlers()
             time.sleep(0.2)
         if restart_at is not None and not self.server.restarts:
             self.server.restart()  # production was quicker than planned: restart while draining
@@ -397,6 +406,7 @@ class Soak:
             self.watch_server()
             self.listener.ensure_running()
             self.monitor(deliveries)
+            self.remember_handlers()
             left = self.query("SELECT COUNT(*) FROM EVENT_LOG")
             if left is not None and left[0][0] == 0:
                 time.sleep(1.0)  # let acknowledgements in flight settle
@@ -427,7 +437,9 @@ class Soak:
         if self.server is not None:
             faults += [Fault(begin, end, None, "restart") for begin, end in self.server.restarts]
             faults += [Fault(begin, end, None, "external-restart") for begin, end in self.server.external]
-        faults += [Fault(at, at, pid, f"worker-exit-{code}") for at, pid, code in self.listener.worker_exits()]
+        for at, pid, code in self.listener.worker_exits():
+            # A claimer's handler processes die with it.
+            faults += [Fault(at, at, dying, f"worker-exit-{code}") for dying in (pid, *self.handlers_of.get(pid, ()))]
         report = run_checks(
             journal, txns, lines, faults, leftovers, ordered=self.args.mode == "ordered", key_order=self.args.key_order
         )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9")
+ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
 
 
 def run_quick(tmp_path: Path, *args: str) -> dict:
@@ -69,6 +69,9 @@ def test_quick_run_on_embedded_firebird_covers_every_workload(tmp_path):
     assert figures(data, "W7", "fb5")[("nats relay, ordered", "x no-op")]["median"] > 0
     assert figures(data, "W8", "fb5")[("subs backfill --batch 1000", "rows/s")]["median"] > 0
     assert figures(data, "W9", "fb5")[("overview page", "x small log")]["median"] > 0
+    w10 = figures(data, "W10", "fb5")
+    assert w10[("1 ms handler, parallel (4 processes)", "x ordered")]["median"] > 0
+    assert w10[("handler process killed", "s to start again")]["median"] > 0
     assert data["machine"]["engines"]["fb5"]["server_mode"] == "SuperClassic"
 
 

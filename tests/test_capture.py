@@ -10,7 +10,9 @@ import pytest
 
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db.connection import Database
+from subscriptions.delivery.claimed import Claimed
 from subscriptions.delivery.claims import Claimer, load_targets, streams
+from subscriptions.events import Event
 
 from conftest import Subs, events, execute, query
 
@@ -95,6 +97,13 @@ def test_wide_rows_are_captured_as_blobs(settings):
     assert event["new"]["C11"] == "é" * 1000 and len(event["new"]) == 13
 
 
+def decoded(batch: list[Claimed]) -> list[Event]:
+    """Claimed events as their handler process gets them."""
+    events = [claimed.event() for claimed in batch]
+    assert all(error is None for _, error in events)
+    return [event for event, _ in events]
+
+
 def test_claims_hand_over_short_and_long_values_alike(settings):
     """Claims read values of up to 8,000 characters as VARCHAR and longer ones
     as BLOB; handlers get the same either way, in both claim modes."""
@@ -111,10 +120,11 @@ def test_claims_hand_over_short_and_long_values_alike(settings):
     with Database(settings) as db:
         claimer = Claimer(db, "test:1", 30)
         targets = {t.sub_id: t for t in load_targets(db)}
-        claimed = claimer.claim(targets, 10)
+        claimed = decoded(claimer.claim(targets, 10))
         assert [(e.pk, e.old, e.new) for e in claimed] == logged
         claimer.release(e.id for e in claimed)
-        in_order = [e for stream in streams(targets.values()).values() for e in claimer.claim_head(stream, 10)]
+        streams_of = streams(targets.values()).values()
+        in_order = decoded([e for stream in streams_of for e in claimer.claim_head(stream, 10)])
         assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [(e.id, e.pk, e.old, e.new) for e in claimed]
 
 
@@ -129,10 +139,10 @@ def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
     with Database(settings) as db:
         claimer = Claimer(db, "test:1", 30)
         (target,) = load_targets(db)
-        claimed = claimer.claim({target.sub_id: target}, 250)
+        claimed = decoded(claimer.claim({target.sub_id: target}, 250))
         assert [e.pk["ID"] for e in claimed] == list(range(1, 251))
         claimer.release(e.id for e in claimed)
-        assert [e.pk["ID"] for e in claimer.claim_head([target], 203)] == list(range(1, 204))
+        assert [e.pk["ID"] for e in decoded(claimer.claim_head([target], 203))] == list(range(1, 204))
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     help="ordered: each stream's events (a table's subscriptions of one tag) strictly in log order; "
     "parallel: any order.",
 )
-@click.option("--workers", type=click.IntRange(min=1), help="Worker processes [default: 1 ordered, 4 parallel].")
+@click.option("--workers", type=click.IntRange(min=1), help="Handler processes [default: 1 ordered, 4 parallel].")
 @click.option(
     "--key-order", is_flag=True, help="With --mode parallel: events of one row (table, tag, primary key) in log order."
 )

@@ -111,10 +111,16 @@ class HandlerPool:
         return [slot for slot in self.slots if slot.queue]
 
     def hand(self, slot: Slot, job: Job, stream: Stream | None = None) -> None:
+        """Queue ``job`` for the slot's process. If the process is gone, the
+        job stays queued: the next ``wait`` sees the death, and the claimer
+        settles the slot's jobs as never started."""
         if not slot.queue:
             slot.reported, slot.heard = 0, time.monotonic()
         slot.queue.append((job, stream))
-        slot.connection.send(job)
+        try:
+            slot.connection.send(job)
+        except OSError:
+            log.debug("handler process pid %s is gone; its end is settled next", slot.process.pid)
 
     def wait(self, timeout: float) -> list[Slot]:
         """Slots with something to read (reports, readiness, or their
@@ -122,12 +128,11 @@ class HandlerPool:
         watched = [slot for slot in self.slots if slot.queue or not slot.ready]
         if not watched:
             return []
-        waited: dict[object, Slot] = {}
+        owners: dict[object, Slot] = {}
         for slot in watched:
-            waited[slot.connection] = slot
-            waited[slot.process.sentinel] = slot
+            owners[slot.connection] = owners[slot.process.sentinel] = slot
         ready = wait([slot.connection for slot in watched] + [slot.process.sentinel for slot in watched], timeout)
-        return list({id(waited[key]): waited[key] for key in ready}.values())
+        return list({id(owners[key]): owners[key] for key in ready}.values())
 
     def receive(self, slot: Slot) -> list[Report] | None:
         """The slot's reports so far; None when its process is gone."""
@@ -138,7 +143,9 @@ class HandlerPool:
                 reports.extend(slot.connection.recv())
                 heard = True
         except (EOFError, OSError):
-            return None
+            if not heard:
+                return None
+            # What it sent before it went is taken first; its end comes next time.
         if not heard:
             return None if not slot.process.is_alive() else []
         slot.ready, slot.heard = True, time.monotonic()
@@ -155,7 +162,9 @@ class HandlerPool:
         slot.process.join(CLOSE_TIMEOUT)
 
     def replace(self, slot: Slot) -> None:
-        """A fresh process in the slot of one that is gone."""
+        """A fresh process in the slot of one that is gone (or cannot be talked to)."""
+        if slot.process.is_alive():
+            slot.process.kill()
         slot.connection.close()
         fresh = self._spawn()
         slot.process, slot.connection, slot.ready = fresh.process, fresh.connection, False

@@ -1,0 +1,90 @@
+"""The listener's one claimer and its handler processes, on both engines (and
+Firebird 4): attachments that do not grow with --workers, a hung handler
+cut off while the other processes go on."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from subscriptions.delivery.handler_process import Job
+from subscriptions.delivery.options import ListenOptions
+from subscriptions.delivery.pool import HandlerPool
+from subscriptions.delivery.reaper import owner
+
+from conftest import Subs, query, wait_until
+from listening import Listener, handled, insert
+
+TAGGED = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_WORKER'"
+
+
+def test_a_listener_holds_two_attachments_whatever_its_workers(items, tmp_path, listeners):
+    """Claims and settling on one attachment, lease renewal on another: the
+    handler processes hold none unless a transactional handler runs there."""
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "4", "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 40)
+    listener.wait_for(lambda lines: len(handled(lines)) == 40)
+    assert query(items, TAGGED) == [(2,)]
+
+    Subs(items).ok("add", "items", "I", "audit")
+    insert(items, 41, 1)
+    listener.wait_for(lambda lines: len(handled(lines)) == 41)
+    wait_until(lambda: query(items, "SELECT ITEM_ID FROM AUDIT") == [(41,)], 30, "the audit row")
+    assert query(items, TAGGED) == [(3,)], "the transactional handler's process attached once"
+
+
+def test_a_hung_handler_is_cut_off_while_the_other_processes_go_on(items, tmp_path, listeners):
+    insert(items, 1, 1, "sleep60")
+    insert(items, 2, 20)
+    args = ("--mode", "parallel", "--workers", "2", "--batch", "1", "--timeout", "3", "--backoff-min", "0.1")
+    listener = Listener(items, tmp_path, *args, "--backoff-max", "0.2", "--poll", "0.5")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: len(handled(lines)) == 21, timeout=60)
+    lines = listener.lines()
+    hung = next(line for line in lines if line["key"] == 1)
+    again = next(index for index, line in enumerate(lines) if line["key"] == 1 and line["attempt"] == 2)
+    others = [index for index, line in enumerate(lines) if line["key"] != 1 and line["phase"] == "done"]
+    assert all(lines[index]["pid"] != hung["pid"] for index in others)
+    # All but the one job queued behind the hung handler (it comes back when
+    # its process is killed) were handled while it hung.
+    assert sum(index < again for index in others) >= len(others) - 1
+    assert "timed out after 3s" in listener.output()
+    assert "exited with code" not in listener.output(), "the claimer was restarted"
+    assert not Path(f"/proc/{hung['pid']}").exists(), "the hung handler's process is still there"
+
+
+def test_a_killed_handler_process_s_queued_job_comes_back(items, tmp_path, listeners):
+    """The process holds its next job in its pipe: when it dies, that job was
+    never started and is claimed again, the running event fails once."""
+    insert(items, 1, 1, "sleep30")
+    insert(items, 2, 2)
+    args = ("--mode", "parallel", "--workers", "1", "--batch", "1", "--backoff-min", "0.1", "--backoff-max", "0.2")
+    listener = Listener(items, tmp_path, *args, "--poll", "0.5")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
+    (first,) = listener.lines()
+    os.kill(first["pid"], signal.SIGKILL)
+    listener.wait_for(lambda lines: sorted(handled(lines)) == [1, 2, 3], timeout=40)
+    starts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert sorted(starts) == [(1, 1), (1, 2), (2, 1), (3, 1)]
+    assert "handler process died: signal 9" in listener.output()
+    assert "Traceback" not in listener.output() and "exited with code" not in listener.output()
+
+
+def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
+    """Handing over races with a process's death: the job stays with the
+    slot, and the death, seen next, settles it as never started."""
+    pool = HandlerPool(ListenOptions(settings=settings, workers=1), owner())
+    try:
+        (slot,) = pool.slots
+        wait_until(lambda: pool.wait(0.5) == [slot] and pool.receive(slot) == [] and slot.ready, 60, "it to start")
+        slot.process.kill()
+        slot.process.join(10)
+        pool.hand(slot, Job([], in_order=False))
+        assert slot.queue and pool.wait(5) == [slot]
+        assert pool.receive(slot) is None
+        assert pool.reason(slot) == "handler process died: signal 9"
+    finally:
+        pool.close()
