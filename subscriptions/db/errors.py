@@ -32,6 +32,8 @@ CONNECTION_LOST_CODES = frozenset(
         335544528,  # database shutdown
     }
 )
+_TEXT_ONLY = 335544382  # isc_random: a message the engine gives as text only
+INDEX_REBUILT = "index unexpectedly deleted"
 _LOGIN_FAILED = 335544472
 _NETWORK_ERROR = 335544721
 _IO_ERROR = 335544344
@@ -49,7 +51,14 @@ def codes(exc: DatabaseError) -> frozenset[int]:
 
 def is_conflict(exc: DatabaseError) -> bool:
     """True for the errors that mean "someone else changed this first; try again"."""
-    return bool(CONFLICT_CODES & codes(exc))
+    return bool(CONFLICT_CODES & codes(exc)) or index_was_rebuilt(exc)
+
+
+def index_was_rebuilt(exc: DatabaseError) -> bool:
+    """A statement that walked an index while another attachment rebuilt it
+    (a listener's housekeeping, sql/housekeeping.sql) fails with this text
+    under the engine's generic code; run again, it uses the new index."""
+    return _TEXT_ONLY in codes(exc) and INDEX_REBUILT in str(exc)
 
 
 def is_connection_lost(exc: DatabaseError) -> bool:

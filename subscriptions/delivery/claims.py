@@ -174,9 +174,12 @@ class Claimer:
     def ready(self) -> set[int]:
         """The subscriptions whose first live event could be claimed now:
         the streams an ordered drain claims (claim_head decides)."""
-        with self.db.transaction(nowait_tpb()) as cursor:
+
+        def probe(cursor: Cursor) -> set[int]:
             self._execute(cursor, self._sql["ready"], ())
             return {row[0] for row in cursor.fetchall()}
+
+        return self.db.run(probe, tpb=nowait_tpb())
 
     def claim_head(self, stream: Sequence[Target], limit: int) -> list[Claimed]:
         """The first events of one stream (the targets of one table and tag),
