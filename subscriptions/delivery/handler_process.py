@@ -85,10 +85,12 @@ class Reporter:
             self._pending = []
 
     def _send_late(self) -> None:
+        # Reports added meanwhile wait for the same send: waking at each
+        # ``add`` sent quick handlers' reports one by one, at a cost.
         with self._lock:
             while True:
                 self._lock.wait_for(lambda: bool(self._pending))
-                self._lock.wait(REPORT_EVERY)
+                self._lock.wait_for(lambda: not self._pending, timeout=REPORT_EVERY)
                 self._send()
 
 
