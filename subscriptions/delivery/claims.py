@@ -17,16 +17,17 @@ more than the engine's work.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, read_blob
-from subscriptions.db.errors import NO_CURRENT_RECORD, codes, is_conflict
+from subscriptions.db.errors import NO_CURRENT_RECORD, codes, index_was_rebuilt, is_conflict
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
@@ -47,6 +48,7 @@ IDENTIFY_ATTEMPTS = 3
 
 
 STREAM_HELD = "EVENT_STREAM_HELD"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -92,16 +94,41 @@ class Claimer:
         self.conflicts = 0
         self._sql = sql.load("claims")
         self._prepared: dict[str, Statement] = {}
+        # Set when the claim index was rebuilt under one of our statements:
+        # a statement prepared before then can fail the same way for good.
+        self._prepared_stale = False
         self.database_id = database_id(db)
 
     def _execute(self, cursor: Cursor, statement: str, params: Sequence[Any]) -> None:
         """Execute ``statement`` prepared once per attachment rather than per call."""
+        if self._prepared_stale:
+            self._prepared_stale = False
+            self.free_statements()
         prepared = self._prepared.get(statement)
         if prepared is None:
             if len(self._prepared) >= MAX_PREPARED:  # the targets changed many times
                 self.free_statements()
             prepared = self._prepared[statement] = cursor.prepare(statement)
         cursor.execute(prepared, params)
+
+    @contextlib.contextmanager
+    def _noticing_a_rebuilt_index(self) -> Iterator[None]:
+        try:
+            yield
+        except DatabaseError as exc:
+            if index_was_rebuilt(exc):
+                self._prepared_stale = True
+            raise
+
+    def _run(self, work: Callable[[Cursor], T], tpb: bytes | None = None) -> T:
+        """``work`` through ``Database.run`` (retried on conflicts), with our
+        statements prepared again after the claim index was rebuilt."""
+
+        def once(cursor: Cursor) -> T:
+            with self._noticing_a_rebuilt_index():
+                return work(cursor)
+
+        return self.db.run(once, tpb=tpb)
 
     def free_statements(self) -> None:
         """Free the statements prepared on our attachment; before it closes,
@@ -135,7 +162,7 @@ class Claimer:
 
     def _claim(self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target]) -> list[Claimed]:
         try:
-            with self.db.transaction(nowait_tpb()) as cursor:
+            with self._noticing_a_rebuilt_index(), self.db.transaction(nowait_tpb()) as cursor:
                 return self._claimed(claim(cursor), targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
@@ -179,7 +206,7 @@ class Claimer:
             self._execute(cursor, self._sql["ready"], ())
             return {row[0] for row in cursor.fetchall()}
 
-        return self.db.run(probe, tpb=nowait_tpb())
+        return self._run(probe, tpb=nowait_tpb())
 
     def claim_head(self, stream: Sequence[Target], limit: int) -> list[Claimed]:
         """The first events of one stream (the targets of one table and tag),
@@ -209,7 +236,7 @@ class Claimer:
         Settling is retried on a conflict, like every write here: the
         heartbeat may have renewed the same rows a moment earlier."""
         ids = _sorted_ids(event_ids)
-        return self.db.run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
+        return self._run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
 
     def settle_head(self, stream: Stream, done: Sequence[int]) -> int:
         """Delete the handled events of a claim_head batch and give the
@@ -222,7 +249,7 @@ class Claimer:
             cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 
-        return self.db.run(work)
+        return self._run(work)
 
     def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
@@ -241,12 +268,12 @@ class Claimer:
             event_id,
             self._claimant(held),
         )
-        self.db.run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
+        self._run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
     def release(self, event_ids: Iterable[int]) -> int:
         """Give back claimed events that were never started."""
         ids = _sorted_ids(event_ids)
-        return self.db.run(lambda cursor: self._settle(cursor, "release", ids, self.owner)) if ids else 0
+        return self._run(lambda cursor: self._settle(cursor, "release", ids, self.owner)) if ids else 0
 
     def extend(self, event_ids: Iterable[int]) -> int:
         """Renew the leases of events still being handled and of the
@@ -259,7 +286,7 @@ class Claimer:
             cursor.execute(self._sql["extend_leases"], (self.lease_ms, self.owner))
             return renewed + int(cursor.affected_rows)
 
-        return self.db.run(work)
+        return self._run(work)
 
     def _settle(self, cursor: Cursor, name: str, ids: list[int], *params: object) -> int:
         """Run block ``name`` over ``ids`` (its last parameter, as one list),
