@@ -12,9 +12,12 @@ pool's ``stop`` is set, and exits when its pipe closes or its parent dies.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -191,11 +194,22 @@ def _raising(why: UndecodableEvent) -> Callable[[Event], object]:
     return undecodable
 
 
+def _one_write_per_line() -> None:
+    """Handler processes share the listener's stdout and stderr. A print is
+    two writes (the text, then the newline) on an unbuffered stream
+    (PYTHONUNBUFFERED): lines of processes running side by side ran into
+    each other. Line buffering makes each line one write."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def main(options: ListenOptions, connection: Connection, stop: ProcessEvent, owner: str, parent: int) -> None:
     """Entry point of a spawned handler process."""
     lifeline.die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    _one_write_per_line()
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     runner = Runner(options, owner, stop)
     connection.send([])  # an empty report: ready
@@ -212,6 +226,9 @@ def main(options: ListenOptions, connection: Connection, stop: ProcessEvent, own
     finally:
         runner.close()
         logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
         # Leave without interpreter shutdown: threads a handler left behind
         # must not keep the process alive.
         os._exit(0)
