@@ -240,6 +240,87 @@ BEGIN
       AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
 END;
 
+-- name: claim_next
+-- Ordered mode: the batch that follows the one the caller holds (AFTER is
+-- its last event, HOLDING how many events it has), claimed while that one
+-- runs, so the stream's handler process goes on without waiting for the
+-- claimer. It is taken as claim_head takes a batch (the same stop rules),
+-- only under the caller's lease on every subscription of the stream, and
+-- only when the stream's live events up to AFTER are the HOLDING ones in
+-- hand: an event that committed late with an id among them must come
+-- first, so it is left to claim_head once the batch is settled. The lease
+-- then reaches to the new batch's last event and is renewed.
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
+               STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?,
+               AFTER BIGINT = ?, HOLDING INTEGER = ?)
+RETURNS ({{claimed_outputs}})
+AS
+DECLARE THE_SUB INTEGER;
+DECLARE CANDIDATE BIGINT;
+DECLARE AVAILABLE BOOLEAN;
+DECLARE WALKED INTEGER;
+DECLARE STOP_AT BIGINT = 9223372036854775807;
+DECLARE LIVE INTEGER = 0;
+DECLARE BATCH_LAST BIGINT;
+BEGIN
+    IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER s
+                WHERE s.TABLE_NAME = :STREAM_TABLE AND s.TAG = :STREAM_TAG AND NOT s.PAUSED
+                  AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE l
+                                  WHERE l.SUB_ID = s.SUB_ID AND l.HOLDER = :OWNER
+                                    AND l.EXPIRES_AT > LOCALTIMESTAMP AND l.LAST_EVENT = :AFTER))) THEN
+        EXIT;
+    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+        ORDER BY SUB_ID
+        INTO :THE_SUB
+    DO
+    BEGIN
+        LIVE = LIVE + (SELECT COUNT(*) FROM EVENT_LOG
+                       WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID <= :AFTER);
+        WALKED = 0;
+        FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
+                   (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+                   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+            FROM EVENT_LOG
+            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
+            ORDER BY SUB_ID, DEAD, EVENT_ID
+            INTO :CANDIDATE, :AVAILABLE
+        DO
+        BEGIN
+            WALKED = WALKED + 1;
+            IF (AVAILABLE IS NOT TRUE) THEN
+            BEGIN
+                STOP_AT = CANDIDATE;
+                LEAVE;
+            END
+            IF (WALKED = MAX_ROWS) THEN
+                STOP_AT = CANDIDATE + 1;
+        END
+    END
+    IF (LIVE <> HOLDING) THEN
+        EXIT;
+    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+        ORDER BY SUB_ID
+        INTO :THE_SUB
+    DO
+        FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}}
+            FROM EVENT_LOG
+            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
+            ORDER BY SUB_ID, DEAD, EVENT_ID
+            INTO {{claimed_variables}}
+        DO
+        BEGIN
+            ATTEMPTS = ATTEMPTS + 1;
+            BATCH_LAST = MAXVALUE(COALESCE(BATCH_LAST, EVENT_ID), EVENT_ID);
+            SUSPEND;
+        END
+    IF (BATCH_LAST IS NOT NULL) THEN
+        UPDATE EVENT_LEASE SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
+        WHERE HOLDER = :OWNER
+          AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
+END;
+
 -- name: not_leased
 -- Parallel claims pass over the batch an ordered consumer has in hand.
 AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE H

@@ -189,3 +189,50 @@ def test_a_large_batch_of_long_ids_is_claimed_and_acknowledged_whole(items):
         assert len(events) > 300 and min(e.id for e in events) >= 10**15
         assert claimer.ack([e.id for e in events]) == len(events)
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(1000 - len(events),)]
+
+
+def test_the_next_batch_is_claimed_under_the_same_lease_while_the_first_runs(items):
+    """claim_next: the ordered batch after the one in hand, for its handler
+    process to go on with; the stream's lease covers both, and is released
+    with the last."""
+    target = insert_target(items)
+    stream = stream_of(target)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        first = a.claim_head([target], 3)
+        second = a.claim_next([target], first[-1].id, len(first), 2)
+        assert [(key(e), e.attempt) for e in second] == [(4, 1), (5, 1)]
+        assert [key(e) for e in b.claim({target.sub_id: target}, 10)] == [6], "the lease covers both batches"
+        assert a.settle_head(stream, [e.id for e in first], release=False) == 3
+        assert b.claim_head([target], 10) == [], "the lease stays while a batch is in hand"
+        assert a.settle_head(stream, [e.id for e in second]) == 2
+        assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL") == [(0,)]
+
+
+def test_no_next_batch_past_an_event_that_committed_late_among_the_held_ones(items):
+    """An event whose id lies among those of the batch in hand but that
+    committed after its claim comes before any later batch: claim_next
+    leaves the stream to claim_head."""
+    with Database(items) as late, Database(items) as db:
+        late.connection.begin()
+        late.connection.cursor().execute("INSERT INTO ITEMS VALUES (1, NULL)")  # the first event id
+        insert(items, 2, 4)
+        target = next(t for t in load_targets(db) if t.action == "I")
+        claimer = Claimer(db, "a:1", 30)
+        first = claimer.claim_head([target], 2)
+        assert [key(e) for e in first] == [2, 3]
+        late.connection.commit()
+        assert claimer.claim_next([target], first[-1].id, len(first), 2) == []
+        claimer.settle_head(stream_of(target), [e.id for e in first])
+        assert [key(e) for e in claimer.claim_head([target], 2)] == [1, 4]
+
+
+def test_no_next_batch_for_a_lease_another_consumer_took_over(items):
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
+        first = a.claim_head([target], 2)
+        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= LOCALTIMESTAMP"
+        wait_until(lambda: query(items, expired) == [(3,)], 10, "the stream's lease (I, U, D) to run out")
+        assert [key(e) for e in b.claim_head([target], 2)] == [1, 2]
+        assert a.claim_next([target], first[-1].id, len(first), 2) == []

@@ -75,6 +75,25 @@ def test_a_killed_handler_process_s_queued_job_comes_back(items, tmp_path, liste
     assert "Traceback" not in listener.output() and "exited with code" not in listener.output()
 
 
+def test_a_killed_handler_process_s_stream_goes_on_in_order(items, tmp_path, listeners):
+    """Ordered: while a process runs a full batch of a stream, the stream's
+    next batch waits in its pipe under the same lease. When the process dies,
+    its running event fails once, both batches are given back and the lease
+    with them, and the stream goes on in log order."""
+    insert(items, 1, 1, "sleep30")
+    insert(items, 2, 5)
+    args = ("--workers", "1", "--batch", "2", "--backoff-min", "0.1", "--backoff-max", "0.2", "--poll", "0.5")
+    listener = Listener(items, tmp_path, *args)
+    listeners.append(listener)
+    listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
+    (first,) = listener.lines()
+    os.kill(first["pid"], signal.SIGKILL)
+    listener.wait_for(lambda lines: sorted(handled(lines)) == [1, 2, 3, 4, 5, 6], timeout=20)
+    starts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert starts == [(1, 1), (1, 2), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+    assert "handler process died: signal 9" in listener.output()
+
+
 def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
     """Handing over races with a process's death: the job stays with the
     slot, and the death, seen next, settles it as never started."""

@@ -71,6 +71,21 @@ def test_a_failing_event_holds_back_the_rest_of_its_stream(items, tmp_path, list
     assert started == [(1, 1), (1, 2), (2, 1), (3, 1)]  # the update and delete waited for the insert's retry
 
 
+def test_a_failure_keeps_the_batch_queued_behind_it_from_running(items, tmp_path, listeners):
+    """While a full ordered batch runs, the claimer queues the stream's next
+    batch behind it in the same process. When an event of the running batch
+    fails, the queued batch must not run before that event's retry."""
+    insert(items, 1, 2, "sleep0.02")
+    insert(items, 3, 1, "fail_once")
+    insert(items, 4, 27, "sleep0.02")
+    listener = Listener(items, tmp_path, "--drain", "--batch", "5", "--backoff-min", "0")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    started = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
+    assert started == [(1, 1), (2, 1), (3, 1), (3, 2)] + [(key, 1) for key in range(4, 31)]
+    assert remaining(items) == 0
+
+
 @pytest.mark.parametrize("batch", ["5", "auto"])
 def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, listeners, batch):
     # 5 ms per event: without it the first worker up may drain all 300 alone.
@@ -131,6 +146,18 @@ def test_key_order_keeps_each_rows_events_in_order_across_workers(items, tmp_pat
 def test_key_order_needs_parallel_mode(items):
     result = Subs(items)("listen", "--key-order")
     assert result.exit_code == 2 and "--key-order needs --mode parallel" in result.output
+
+
+def test_two_ordered_listeners_take_turns_with_a_stream(items, tmp_path, listeners):
+    """A stream's lease stays with the listener that queued its next batch
+    behind the running one: the other never gets a batch in between."""
+    insert(items, 1, 60, "sleep0.01")
+    first = Listener(items, tmp_path, "--drain", "--batch", "5")
+    second = Listener(items, tmp_path, "--drain", "--batch", "5")
+    listeners += [first, second]
+    assert first.finish() == 0 and second.finish() == 0
+    started = [line["key"] for line in first.lines() if line["phase"] == "start"]
+    assert started == list(range(1, 61))
 
 
 def test_two_listeners_at_once_never_share_an_event(items, tmp_path, listeners):

@@ -218,13 +218,35 @@ class Claimer:
 
         def head(cursor: Cursor) -> list[tuple[Any, ...]]:
             self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, table, tag))
-            rows = sorted(_rows(cursor), key=lambda row: int(row[0]))
-            if any(row[1] not in known for row in rows):  # a subscription added since the targets were read
-                cursor.execute(self._sql["subscriptions"])
-                known.update((row[0], Target(*row)) for row in cursor.fetchall())
-            return rows
+            return self._in_log_order(cursor, known)
 
         return self._claim(head, known)
+
+    def claim_next(self, stream: Sequence[Target], after: int, holding: int, limit: int) -> list[Claimed]:
+        """The batch that follows one we hold of the stream (``after`` is its
+        last event, ``holding`` how many events it has), claimed while it
+        runs and held under the same lease; nothing if the stream's log up
+        to ``after`` is no longer just those events (one committed late among
+        them goes first, through claim_head). Settle the held batches in
+        order with ``settle_head``, releasing the lease with the last."""
+        table, tag = stream_of(stream[0])
+        known = {target.sub_id: target for target in stream}
+
+        def following(cursor: Cursor) -> list[tuple[Any, ...]]:
+            params = (self.owner, self.lease_ms, limit, table, tag, after, holding)
+            self._execute(cursor, self._sql["claim_next"], params)
+            return self._in_log_order(cursor, known)
+
+        return self._claim(following, known)
+
+    def _in_log_order(self, cursor: Cursor, known: dict[int, Target]) -> list[tuple[Any, ...]]:
+        """A stream claim's rows in log order; ``known`` learns the
+        subscriptions added to the stream since the targets were read."""
+        rows = sorted(_rows(cursor), key=lambda row: int(row[0]))
+        if any(row[1] not in known for row in rows):
+            cursor.execute(self._sql["subscriptions"])
+            known.update((row[0], Target(*row)) for row in cursor.fetchall())
+        return rows
 
     def _claimant(self, held: bool) -> str | None:
         """CLAIMED_BY of our events: NULL for those held under a subscription's lease."""
@@ -238,15 +260,17 @@ class Claimer:
         ids = _sorted_ids(event_ids)
         return self._run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
 
-    def settle_head(self, stream: Stream, done: Sequence[int]) -> int:
+    def settle_head(self, stream: Stream, done: Sequence[int], *, release: bool = True) -> int:
         """Delete the handled events of a claim_head batch and give the
         stream's lease back, together; the events not handled are then
-        pending again. Returns how many were deleted."""
+        pending again. Not ``release``: a batch claimed by claim_next follows
+        it, and the lease stays. Returns how many were deleted."""
         ids = _sorted_ids(done)
 
         def work(cursor: Cursor) -> int:
             deleted = self._settle(cursor, "ack", ids, None)
-            cursor.execute(self._sql["release_lease"], (self.owner, *stream))
+            if release:
+                cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 
         return self._run(work)

@@ -59,6 +59,17 @@ class Dispatcher:
     def busy_streams(self) -> set[Stream]:
         return {stream for slot in self.pool.busy() for _, stream in slot.queue if stream is not None}
 
+    def running_streams(self) -> list[tuple[Stream, Slot, list[Claimed]]]:
+        """Ordered streams whose batch runs with nothing queued after it and
+        no event failed so far, with its slot and events: their next batch
+        can be claimed while it runs (Claimer.claim_next)."""
+        return [
+            (slot.stream, slot, slot.job.events)
+            for slot in self.pool.busy()
+            if slot.job is not None and slot.stream is not None
+            if len(slot.queue) == 1 and len(slot.done) == slot.reported
+        ]
+
     def next_retry(self) -> float | None:
         """When (monotonic) the earliest retry scheduled here that is not due
         yet falls due: the claimer wakes up then, not at the next poll."""
@@ -97,10 +108,12 @@ class Dispatcher:
             if part:
                 self.pool.hand(slot, Job(part, in_order=False))
 
-    def hand_stream(self, stream: Stream, events: list[Claimed]) -> None:
-        """Ordered mode: one stream's first events, to one process."""
+    def hand_stream(self, stream: Stream, events: list[Claimed], after: Slot | None = None) -> None:
+        """Ordered mode: one stream's first events, to one process; or the
+        batch that follows the one running ``after`` in that slot."""
         self.in_flight.add(event.id for event in events)
-        self.pool.hand(self.pool.open_slots()[0], Job(events, in_order=True), stream)
+        slot = after or self.pool.open_slots()[0]
+        self.pool.hand(slot, Job(events, in_order=True, follows=after is not None), stream)
 
     # -- collecting -------------------------------------------------------------------
 
@@ -218,7 +231,8 @@ class Dispatcher:
         try:
             with self.in_flight.settling:
                 if stream is not None:
-                    claimer.settle_head(stream, done)
+                    followed = any(queued == stream for _, queued in slot.queue)
+                    claimer.settle_head(stream, done, release=not followed)
                 else:
                     claimer.release(unstarted)
         finally:

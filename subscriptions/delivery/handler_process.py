@@ -45,10 +45,13 @@ REPORT_EVERY = 0.05
 @dataclass(frozen=True)
 class Job:
     """Events for one handler process. ``in_order``: an ordered stream's
-    events, held under the stream's lease: the first failure ends the job."""
+    events, held under the stream's lease: the first failure ends the job.
+    ``follows``: the next batch of the stream of the job before it, claimed
+    while that one ran; it runs only if that one ran to its end."""
 
     events: list[Claimed]
     in_order: bool
+    follows: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,12 +110,14 @@ class Runner:
         self.handlers: dict[str, Handler] = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.caller = Caller()
         self.claimer: Claimer | None = None
+        self.cut_short = False  # the last job did not run to its end
 
     def run(self, job: Job, reporter: Reporter) -> None:
         """Handle ``job`` and report every event of it, in order."""
-        carry_on = True
+        carry_on = not (job.follows and self.cut_short)
         for call in self._calls(job):
-            if not carry_on or self.stop.is_set():
+            carry_on = carry_on and not self.stop.is_set()
+            if not carry_on:
                 reporter.add(Report(event.id, None, 0.0, started=False) for event in call.events)
                 continue
             started = time.monotonic()
@@ -126,6 +131,7 @@ class Runner:
                     reports.append(Report(event.id, None, 0.0, started=False))
                 carry_on = carry_on and (error is None or not job.in_order)
             reporter.add(reports)
+        self.cut_short = not carry_on
         reporter.flush()
 
     def _calls(self, job: Job) -> Iterator[Call]:

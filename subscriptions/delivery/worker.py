@@ -7,10 +7,12 @@ notification, the poll interval or a retry's due time, and again. One
 claimer per listener claims for all its handler processes: in parallel mode
 as many events as its idle processes take (a batch each), in ordered mode
 the first events of each stream with a claimable head, one stream per
-process. It settles what they report (dispatch.py), and a heartbeat thread
-(heartbeat.py) renews the leases of what is in flight. So a listener holds
-two attachments whatever --workers says, plus one per handler process that
-runs a transactional handler.
+process, and while a full batch of a stream runs, the stream's next batch,
+queued behind it (so a busy stream's process never waits for the claimer's
+settle and claim). It settles what they report (dispatch.py), and a
+heartbeat thread (heartbeat.py) renews the leases of what is in flight. So
+a listener holds two attachments whatever --workers says, plus one per
+handler process that runs a transactional handler.
 
 A dead attachment shows up as an error in the next claim (at the latest after
 one poll interval); the claimer then exits with EXIT_RESTART without touching
@@ -260,22 +262,34 @@ class Worker:
 
     def _claim_streams(self, claimer: Claimer) -> tuple[bool, bool]:
         """Ordered mode: the first events of each stream whose head is
-        claimable, one stream per idle handler process. Returns whether
-        anything was claimed and whether streams were left for lack of
-        processes."""
-        ready = claimer.ready()
+        claimable, one stream per idle handler process, then the next batch
+        of each stream whose running batch was full, queued behind it in its
+        process. Returns whether anything was claimed and whether streams
+        were left for lack of processes."""
+        by_key = streams(self.targets.values())
         busy = self.dispatcher.busy_streams()
-        claimed = False
-        for key, stream in streams(self.targets.values()).items():
-            if key in busy or not any(target.sub_id in ready for target in stream):
+        idle = {key: stream for key, stream in by_key.items() if key not in busy}
+        ready = claimer.ready() if idle else set()
+        claimed, left = False, False
+        for key, stream in idle.items():
+            if not any(target.sub_id in ready for target in stream):
                 continue
             if not self.dispatcher.free_slots() or self.stop.is_set():
-                return claimed, True
+                left = True
+                break
             events = claimer.claim_head(stream, self.batch.size([key[1]]))
             if events:
                 claimed = True
                 self.dispatcher.hand_stream(key, events)
-        return claimed, False
+        for key, slot, running in self.dispatcher.running_streams():
+            limit = self.batch.size([key[1]])
+            if len(running) < limit or key not in by_key or self.stop.is_set():
+                continue
+            events = claimer.claim_next(by_key[key], running[-1].id, len(running), limit)
+            if events:
+                claimed = True
+                self.dispatcher.hand_stream(key, events, after=slot)
+        return claimed, left
 
     # -- reports --------------------------------------------------------------------
 
