@@ -88,7 +88,7 @@ class Dispatcher:
 
     def halt(self) -> None:
         """Start no further handler; running ones finish (the listener stops)."""
-        self.pool.stop.set()
+        self.pool.stop.value = True
 
     def close(self) -> None:
         self.pool.close()

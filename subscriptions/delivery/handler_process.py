@@ -7,7 +7,7 @@ at most REPORT_EVERY seconds late and at the job's end, so the claimer sees
 each process's progress and can cut off one that runs over --timeout (by killing
 it: a thread cannot be stopped). Signals are the claimer's business: a
 handler process ignores SIGINT and SIGTERM, finishes its call when the
-pool's ``stop`` is set, and exits when its pipe closes or its parent dies.
+pool's ``stop`` flag is set, and exits when its pipe closes or its parent dies.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from ctypes import c_bool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event as ProcessEvent
 
 from subscriptions import logs
 from subscriptions.capture.values import UndecodableEvent
@@ -103,7 +103,7 @@ class Reporter:
 class Runner:
     """Runs jobs in this process; attaches only for transactional handlers."""
 
-    def __init__(self, options: ListenOptions, owner: str, stop: ProcessEvent) -> None:
+    def __init__(self, options: ListenOptions, owner: str, stop: c_bool) -> None:
         self.options = options
         self.owner = owner
         self.stop = stop
@@ -116,7 +116,7 @@ class Runner:
         """Handle ``job`` and report every event of it, in order."""
         carry_on = not (job.follows and self.cut_short)
         for call in self._calls(job):
-            carry_on = carry_on and not self.stop.is_set()
+            carry_on = carry_on and not self.stop.value
             if not carry_on:
                 reporter.add(Report(event.id, None, 0.0, started=False) for event in call.events)
                 continue
@@ -210,7 +210,7 @@ def _one_write_per_line() -> None:
             stream.reconfigure(line_buffering=True, write_through=False)
 
 
-def main(options: ListenOptions, connection: Connection, stop: ProcessEvent, owner: str, parent: int) -> None:
+def main(options: ListenOptions, connection: Connection, stop: c_bool, owner: str, parent: int) -> None:
     """Entry point of a spawned handler process."""
     lifeline.die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM):

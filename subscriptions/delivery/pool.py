@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import time
 from collections import deque
+from ctypes import c_bool
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -73,7 +74,10 @@ class HandlerPool:
         self.options = options
         self.owner = owner
         self.context = multiprocessing.get_context("spawn")
-        self.stop = self.context.Event()  # set: start no further handler
+        # True: start no further handler. A flag in shared memory, not an
+        # Event: the claimer leaves with os._exit, and an Event's semaphores
+        # were then reported leaked at every listener exit.
+        self.stop = self.context.RawValue(c_bool, False)
         self.slots = [self._spawn() for _ in range(options.workers)]
 
     def _spawn(self) -> Slot:
@@ -173,7 +177,7 @@ class HandlerPool:
 
     def close(self) -> None:
         """Let every process finish and leave; kill those that do not in time."""
-        self.stop.set()
+        self.stop.value = True
         for slot in self.slots:
             try:
                 slot.connection.send(None)
