@@ -49,6 +49,21 @@ def test_a_listener_exits_without_warnings(items, tmp_path, listeners, mode):
     assert "Warning" not in listener.output(), listener.output()
 
 
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_subscription_added_while_listening_is_served_at_once(items, tmp_path, listeners, mode):
+    """A listener reads the subscriptions before it sleeps, not when it
+    wakes: a new subscription of a tag it serves wakes it with its first
+    event, and that event is handled then, not at the next --poll."""
+    listener = Listener(items, tmp_path, "--mode", mode, "--poll", "120")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")
+    execute(items, "INSERT INTO OTHERS VALUES (7, NULL)")
+    listener.wait_for(lambda lines: any(line["tag"] == "rec" and line["sub"] == 4 for line in lines), timeout=20)
+
+
 def test_ordered_mode_keeps_a_streams_inserts_updates_and_deletes_in_log_order(items, tmp_path, listeners):
     """Order belongs to the stream, (table, tag): each row's insert, update
     and delete (three subscriptions) are handled one after the other in log
