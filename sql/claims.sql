@@ -122,15 +122,86 @@ WHERE NOT s.PAUSED
        WHERE l.SUB_ID = s.SUB_ID AND l.DEAD = FALSE
        ORDER BY l.SUB_ID, l.DEAD, l.EVENT_ID) IS TRUE;
 
--- name: claim_head
--- Ordered mode: the next events of one stream, the subscriptions of one
--- table and tag (its I, U and D) that are not paused, in log order. The
--- batch stops at the stream's first event that is not available (waiting
--- for its retry, or claimed by a parallel-mode worker), so nothing is ever
+-- name: stream_subscriptions
+-- Header of a loop over the subscriptions of the stream (STREAM_TABLE,
+-- STREAM_TAG) that are not paused, in SUB_ID order, each into THE_SUB.
+FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+    WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
+    ORDER BY SUB_ID
+    INTO :THE_SUB
+
+-- name: stream_variables
+-- The variables of stream_stop and stream_batch.
+DECLARE THE_SUB INTEGER;
+DECLARE CANDIDATE BIGINT;
+DECLARE AVAILABLE BOOLEAN;
+DECLARE WALKED INTEGER;
+DECLARE STOP_AT BIGINT = 9223372036854775807;
+DECLARE HEAD BIGINT;
+DECLARE HEAD_AVAILABLE BOOLEAN;
+DECLARE BATCH_FIRST BIGINT;
+DECLARE BATCH_LAST BIGINT;
+
+-- name: stream_stop
+-- Where an ordered batch of the stream's events after AFTER stops
+-- (STOP_AT): at the stream's first event that is not available (waiting for
+-- its retry, or claimed by a parallel-mode worker), so nothing is ever
 -- handled before an earlier event of its stream, and where any of the
 -- stream's subscriptions' first MAX_ROWS events end (what comes after them
--- was not read): up to MAX_ROWS events of each subscription, which the
--- caller puts in log order. The stream's lease, not a write to every event,
+-- was not read). Also the stream's first live event (HEAD) and whether it
+-- is available.
+{{stream_subscriptions}}
+DO
+BEGIN
+    WALKED = 0;
+    FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
+               (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
+        FROM EVENT_LOG
+        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
+        ORDER BY SUB_ID, DEAD, EVENT_ID
+        INTO :CANDIDATE, :AVAILABLE
+    DO
+    BEGIN
+        WALKED = WALKED + 1;
+        IF (HEAD IS NULL OR CANDIDATE < HEAD) THEN
+        BEGIN
+            HEAD = CANDIDATE;
+            HEAD_AVAILABLE = AVAILABLE;
+        END
+        IF (AVAILABLE IS NOT TRUE) THEN
+        BEGIN
+            STOP_AT = CANDIDATE;
+            LEAVE;
+        END
+        IF (WALKED = MAX_ROWS) THEN
+            STOP_AT = CANDIDATE + 1;
+    END
+END
+
+-- name: stream_batch
+-- Hands out the stream's events between AFTER and STOP_AT (up to MAX_ROWS
+-- of each subscription; the caller puts them in log order), each with the
+-- attempt it is (ATTEMPTS + 1), and notes the batch's first and last event.
+{{stream_subscriptions}}
+DO
+    FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}}
+        FROM EVENT_LOG
+        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
+        ORDER BY SUB_ID, DEAD, EVENT_ID
+        INTO {{claimed_variables}}
+    DO
+    BEGIN
+        ATTEMPTS = ATTEMPTS + 1;
+        BATCH_FIRST = MINVALUE(COALESCE(BATCH_FIRST, EVENT_ID), EVENT_ID);
+        BATCH_LAST = MAXVALUE(COALESCE(BATCH_LAST, EVENT_ID), EVENT_ID);
+        SUSPEND;
+    END
+
+-- name: claim_head
+-- Ordered mode: the next events of one stream, the subscriptions of one
+-- table and tag (its I, U and D) that are not paused, in log order, up to
+-- where stream_stop says the batch stops. The stream's lease, not a write to every event,
 -- keeps other consumers off the batch: the EVENT_LEASE row of each of its
 -- subscriptions records the batch's first and last event until the batch
 -- is settled. The rows are taken in SUB_ID order; one another consumer took
@@ -142,62 +213,21 @@ EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, 
                STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?)
 RETURNS ({{claimed_outputs}})
 AS
-DECLARE THE_SUB INTEGER;
-DECLARE CANDIDATE BIGINT;
-DECLARE AVAILABLE BOOLEAN;
-DECLARE WALKED INTEGER;
-DECLARE STOP_AT BIGINT = 9223372036854775807;
-DECLARE HEAD BIGINT;
-DECLARE HEAD_AVAILABLE BOOLEAN;
+{{stream_variables}};
+DECLARE AFTER BIGINT = 0;  -- from the stream's first event
 DECLARE LEFT_FIRST BIGINT;
 DECLARE LEFT_LAST BIGINT;
-DECLARE BATCH_FIRST BIGINT;
-DECLARE BATCH_LAST BIGINT;
 BEGIN
-    -- Where the batch stops (STOP_AT), and whether the stream's first live
-    -- event (HEAD) is available at all: when it is not, or there is none,
-    -- the leases are left alone, so an idle stream costs reads, not writes.
-    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
-        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
-        ORDER BY SUB_ID
-        INTO :THE_SUB
-    DO
-    BEGIN
-        WALKED = 0;
-        FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
-                   (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-                   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            FROM EVENT_LOG
-            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID < :STOP_AT
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO :CANDIDATE, :AVAILABLE
-        DO
-        BEGIN
-            WALKED = WALKED + 1;
-            IF (HEAD IS NULL OR CANDIDATE < HEAD) THEN
-            BEGIN
-                HEAD = CANDIDATE;
-                HEAD_AVAILABLE = AVAILABLE;
-            END
-            IF (AVAILABLE IS NOT TRUE) THEN
-            BEGIN
-                STOP_AT = CANDIDATE;
-                LEAVE;
-            END
-            IF (WALKED = MAX_ROWS) THEN
-                STOP_AT = CANDIDATE + 1;
-        END
-    END
+    -- When the stream's first live event is not available, or there is
+    -- none, the leases are left alone: an idle stream costs reads, not writes.
+    {{stream_stop}}
     IF (HEAD_AVAILABLE IS NOT TRUE) THEN
         EXIT;
     IF (EXISTS (SELECT 1 FROM EVENT_LEASE l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID
                 WHERE s.TABLE_NAME = :STREAM_TABLE AND s.TAG = :STREAM_TAG AND NOT s.PAUSED
                   AND l.HOLDER IS NOT NULL AND l.EXPIRES_AT > LOCALTIMESTAMP)) THEN
         EXIT;  -- another consumer has a batch of this stream in hand
-    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
-        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
-        ORDER BY SUB_ID
-        INTO :THE_SUB
+    {{stream_subscriptions}}
     DO
     BEGIN
         LEFT_FIRST = NULL;
@@ -218,23 +248,7 @@ BEGIN
             UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
             WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
     END
-    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
-        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
-        ORDER BY SUB_ID
-        INTO :THE_SUB
-    DO
-        FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}}
-            FROM EVENT_LOG
-            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID < :STOP_AT
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO {{claimed_variables}}
-        DO
-        BEGIN
-            ATTEMPTS = ATTEMPTS + 1;
-            BATCH_FIRST = MINVALUE(COALESCE(BATCH_FIRST, EVENT_ID), EVENT_ID);
-            BATCH_LAST = MAXVALUE(COALESCE(BATCH_LAST, EVENT_ID), EVENT_ID);
-            SUSPEND;
-        END
+    {{stream_batch}}
     UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
     WHERE HOLDER = :OWNER
       AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
@@ -255,13 +269,8 @@ EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, 
                AFTER BIGINT = ?, HOLDING INTEGER = ?)
 RETURNS ({{claimed_outputs}})
 AS
-DECLARE THE_SUB INTEGER;
-DECLARE CANDIDATE BIGINT;
-DECLARE AVAILABLE BOOLEAN;
-DECLARE WALKED INTEGER;
-DECLARE STOP_AT BIGINT = 9223372036854775807;
+{{stream_variables}};
 DECLARE LIVE INTEGER = 0;
-DECLARE BATCH_LAST BIGINT;
 BEGIN
     IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER s
                 WHERE s.TABLE_NAME = :STREAM_TABLE AND s.TAG = :STREAM_TAG AND NOT s.PAUSED
@@ -269,52 +278,14 @@ BEGIN
                                   WHERE l.SUB_ID = s.SUB_ID AND l.HOLDER = :OWNER
                                     AND l.EXPIRES_AT > LOCALTIMESTAMP AND l.LAST_EVENT = :AFTER))) THEN
         EXIT;
-    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
-        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
-        ORDER BY SUB_ID
-        INTO :THE_SUB
+    {{stream_subscriptions}}
     DO
-    BEGIN
         LIVE = LIVE + (SELECT COUNT(*) FROM EVENT_LOG
                        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID <= :AFTER);
-        WALKED = 0;
-        FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
-                   (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-                   AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            FROM EVENT_LOG
-            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO :CANDIDATE, :AVAILABLE
-        DO
-        BEGIN
-            WALKED = WALKED + 1;
-            IF (AVAILABLE IS NOT TRUE) THEN
-            BEGIN
-                STOP_AT = CANDIDATE;
-                LEAVE;
-            END
-            IF (WALKED = MAX_ROWS) THEN
-                STOP_AT = CANDIDATE + 1;
-        END
-    END
     IF (LIVE <> HOLDING) THEN
         EXIT;
-    FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
-        WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
-        ORDER BY SUB_ID
-        INTO :THE_SUB
-    DO
-        FOR SELECT FIRST (:MAX_ROWS) {{claimed_columns}}
-            FROM EVENT_LOG
-            WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO {{claimed_variables}}
-        DO
-        BEGIN
-            ATTEMPTS = ATTEMPTS + 1;
-            BATCH_LAST = MAXVALUE(COALESCE(BATCH_LAST, EVENT_ID), EVENT_ID);
-            SUSPEND;
-        END
+    {{stream_stop}}
+    {{stream_batch}}
     IF (BATCH_LAST IS NOT NULL) THEN
         UPDATE EVENT_LEASE SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
         WHERE HOLDER = :OWNER
