@@ -7,7 +7,9 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,53 @@ import fb3server
 EMBEDDED = "fb" + FirebirdProvider().firebird_version.split(".")[0]
 ENGINES = (EMBEDDED, "fb3")
 ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
+SERVER_LOG_OFFSET = pytest.StashKey[int]()
+SERVER_CRASH = pytest.StashKey[str]()
+
+
+def uses_fb3_server(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return "fb3_dir" in getattr(item, "fixturenames", ()) or (
+        callspec is not None and callspec.params.get("engine") == "fb3"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that failed because the Firebird 3 server crashed under it runs
+    once more. Firebird 3.0.11 can die with "Fatal lock manager error: invalid
+    lock id" when DDL on a table commits while other attachments write it
+    (FirebirdSQL/firebird#8817, an engine race): seen twice in a day of runs,
+    in test_concurrency. Any other failure fails at once."""
+    for item in items:
+        if uses_fb3_server(item):
+            item.add_marker(pytest.mark.flaky(reruns=1, condition=partial(crashed_under, item)))
+
+
+def crashed_under(item: pytest.Item, error: BaseException | None) -> bool:
+    if SERVER_CRASH not in item.stash:
+        return False
+    warnings.warn(f"the Firebird 3 server crashed under this test, which runs again: {item.stash[SERVER_CRASH]}")
+    fb3server.start()  # the guardian restarts it; wait until it listens
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if uses_fb3_server(item):
+        item.stash[SERVER_LOG_OFFSET] = fb3server.log_size()
+        if SERVER_CRASH in item.stash:
+            del item.stash[SERVER_CRASH]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    if report.failed and SERVER_LOG_OFFSET in item.stash:
+        crash = fb3server.crash_since(item.stash[SERVER_LOG_OFFSET])
+        if crash:
+            item.stash[SERVER_CRASH] = crash
+            report.sections.append(("Firebird 3 server crashed during this test", crash))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ CONFIG_FILE = Path("/etc/firebird/3.0/firebird.conf")
 LOG_FILE = Path("/var/log/firebird/firebird3.0.log")
 FBGUARD = "/usr/sbin/fbguard"
 RUN_DIR = Path("/run/firebird3.0")
+# What the guardian logs when the server died on its own (not stopped by us).
+CRASHED = "terminated abnormally"
 
 
 def listening() -> bool:
@@ -141,6 +143,27 @@ def stop() -> None:
 def restart() -> None:
     stop()
     start()
+
+
+def log_size() -> int:
+    try:
+        return LOG_FILE.stat().st_size
+    except OSError:
+        return 0
+
+
+def crash_since(offset: int) -> str | None:
+    """The server log written since ``offset`` (from ``log_size``) if the server
+    crashed meanwhile, else None. The guardian restarts a crashed server."""
+    try:
+        with LOG_FILE.open("rb") as log:
+            log.seek(offset if offset <= LOG_FILE.stat().st_size else 0)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    if CRASHED not in text:
+        return None
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def database_dir() -> Path:
