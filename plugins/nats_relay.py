@@ -39,18 +39,19 @@ import string
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.js.client import JetStreamContext
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+    from nats.js.client import JetStreamContext
+
+# nats-py is imported where a connection is made, not at the top: every
+# handler process loads the built-in plugins, and most never relay.
 log = logging.getLogger("subs.nats")
 T = TypeVar("T")
 
@@ -181,6 +182,8 @@ async def _connect(settings: Settings, tag: str, *, reconnect: bool) -> Client:
         quiet.clear()
         log.info("%s: reconnected to NATS at %s", tag, settings.shown)
 
+    from nats.aio.client import Client
+
     login: dict[str, Any] = dict(settings.login)
     if "creds" in login:
         login["user_credentials"] = login.pop("creds")
@@ -208,6 +211,9 @@ async def _connect(settings: Settings, tag: str, *, reconnect: bool) -> Client:
 
 
 def _reason(exc: BaseException, subject: str) -> str:
+    import nats.errors
+    import nats.js.errors
+
     if isinstance(exc, nats.js.errors.NoStreamResponseError):
         return f"no JetStream stream takes subject {subject}"
     if isinstance(exc, nats.js.errors.APIError):
@@ -282,6 +288,8 @@ class Relay:
 def check_login(tag: str, settings: Settings) -> None:
     """Refuse credentials the server refuses; an unreachable server is only a
     warning (its events fail and are retried until it is back)."""
+
+    import nats.errors
 
     async def attempt() -> None:
         client = await _connect(settings, tag, reconnect=False)

@@ -4,7 +4,6 @@ completion. What a call raised comes back as an exception per event."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -28,7 +27,11 @@ class Call:
 def invoke(function: Callable[..., object], argument: object) -> object:
     """Call a handler; an ``async def`` one is run to completion."""
     result = function(argument)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
+    if not inspect.iscoroutine(result):
+        return result
+    import asyncio  # here, not at the top: only async handlers need it (start-up time)
+
+    return asyncio.run(result)
 
 
 def describe(error: BaseException) -> str:

@@ -24,19 +24,20 @@ from collections.abc import Callable, Iterable, Iterator
 from ctypes import c_bool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
 
 from subscriptions import logs
 from subscriptions.capture.values import UndecodableEvent
-from subscriptions.db.connection import Database
 from subscriptions.events import Event
 from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
-from . import lifeline, reaper
-from .calls import Call, Caller, describe, invoke
+from . import lifeline
+from .calls import Call, Caller, describe
 from .claimed import Claimed
-from .claims import Claimer
 from .options import ListenOptions
-from .serving import serves
+
+if TYPE_CHECKING:
+    from .transactional import Transactions
 
 log = logging.getLogger("subs.handler")
 REPORT_EVERY = 0.05
@@ -109,7 +110,7 @@ class Runner:
         self.stop = stop
         self.handlers: dict[str, Handler] = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.caller = Caller()
-        self.claimer: Claimer | None = None
+        self.transactions: Transactions | None = None  # made for the first transactional handler
         self.cut_short = False  # the last job did not run to its end
 
     def run(self, job: Job, reporter: Reporter) -> None:
@@ -157,40 +158,24 @@ class Runner:
             if why is not None:
                 yield Call(_raising(why), [event])
             elif handler.transactional:
-                yield Call(self._transactional(handler, job.in_order), [event])
+                yield Call(self._transactions().wrap(handler, job.in_order), [event])
             else:
                 yield Call(handler.function, [event])
         if batch is not None:
             yield batch
 
-    def _transactional(self, handler: Handler, held: bool) -> Callable[[Event], object]:
-        """The handler with its writes and the event's acknowledgement in one
-        transaction: both commit, or neither does."""
+    def _transactions(self) -> Transactions:
+        if self.transactions is None:
+            # Imported here, not at the top: the database driver then loads
+            # only in processes that run a transactional handler.
+            from .transactional import Transactions
 
-        def run_in_transaction(event: Event) -> object:
-            claimer = self._claimer()
-            with claimer.db.transaction() as cursor:
-                event.cursor = cursor
-                try:
-                    result = invoke(handler.function, event)
-                finally:
-                    event.cursor = None
-                claimer.ack_in(cursor, event.id, held=held)
-            return result
-
-        return run_in_transaction
-
-    def _claimer(self) -> Claimer:
-        if self.claimer is None:
-            db = Database(self.options.settings)
-            reaper.tag(db, self.owner, serves(self.options))
-            self.claimer = Claimer(db, self.owner, self.options.lease)
-        return self.claimer
+            self.transactions = Transactions(self.options, self.owner)
+        return self.transactions
 
     def close(self) -> None:
-        if self.claimer is not None:
-            self.claimer.free_statements()
-            self.claimer.db.close()
+        if self.transactions is not None:
+            self.transactions.close()
 
 
 def _raising(why: UndecodableEvent) -> Callable[[Event], object]:
