@@ -12,6 +12,7 @@ May import: every other room.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,6 +132,14 @@ def cli(
 
 
 def main() -> None:
+    """The ``subs`` program. A process it spawns (the listener's claimer and
+    handler processes) runs the parent's main module again unless that was
+    run with ``-m``: the ``subs`` script's would load the whole command line
+    into every handler process (11 MB more each). Named as ``python -m
+    subscriptions``'s module, it is left alone by multiprocessing."""
+    program = sys.modules["__main__"]
+    if program.__spec__ is None:
+        program.__spec__ = importlib.util.find_spec("subscriptions.__main__")
     cli(prog_name="subs")
 
 
