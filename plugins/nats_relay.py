@@ -46,12 +46,12 @@ from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
+# nats-py is imported where it is used, not here: every handler process
+# loads the built-in plugins, and most never relay.
 if TYPE_CHECKING:
     from nats.aio.client import Client
     from nats.js.client import JetStreamContext
 
-# nats-py is imported where a connection is made, not at the top: every
-# handler process loads the built-in plugins, and most never relay.
 log = logging.getLogger("subs.nats")
 T = TypeVar("T")
 
