@@ -54,9 +54,9 @@ def register_handlers(register):
 
 
 def test_handler_processes_load_neither_the_command_line_nor_the_driver(items, tmp_path):
-    """A handler process loads only what its handlers need: not the command
-    line (spawned children ran the `subs` script again), nor the database
-    driver (only transactional handlers attach), nor nats-py (only the relay
+    """A handler process leaves out what its handlers do not need: the
+    command line (spawned children ran the `subs` script again), the database
+    driver (only transactional handlers attach) and nats-py (only the relay
     uses it). These took 12 MB of every handler process, and start-up time."""
     plugin, record = tmp_path / "modules.py", tmp_path / "record.jsonl"
     plugin.write_text(MODULES_PLUGIN)
