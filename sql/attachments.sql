@@ -1,5 +1,5 @@
 -- Attachments of listener workers. Each worker connection carries its owner
--- ('host:pid', the same string as EVENT_LOG.CLAIMED_BY) in a session context
+-- ('host:pid', the same string as a lease's HOLDER) in a session context
 -- variable, so that a listener can find the attachments of workers that died
 -- and that the server still keeps (with their open transactions and locks).
 

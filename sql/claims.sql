@@ -1,9 +1,10 @@
--- Claiming events. A parallel claim sets CLAIMED_BY and a lease
--- (CLAIM_EXPIRES_AT) on each event and counts the attempt; an ordered claim
--- (claim_head) leases the stream (a table's subscriptions of one tag) instead. Events whose lease ran out
--- (crashed worker) are claimable again. A claim returns what handlers get of
--- each event it claimed (claimed_columns, the one list of them), so a batch
--- takes one statement. "?, ..." is a list of bound parameters.
+-- Claiming events. No claim writes the events it claims: a parallel claim
+-- leases runs of a subscription's events (EVENT_SPAN), an ordered claim
+-- (claim_head) leases the stream (a table's subscriptions of one tag,
+-- EVENT_LEASE). Events whose lease ran out (crashed worker) are claimable
+-- again, their attempt counted then; a claim counts none. A claim returns
+-- what handlers get of each event it claimed (claimed_columns, the one list
+-- of them), so a batch takes one statement.
 
 -- name: claimed_columns
 -- Rows of up to 8,000 bytes come as VARCHAR, longer ones as BLOB:
@@ -28,83 +29,135 @@ CREATED_AT TIMESTAMP, ATTEMPTS INTEGER
 -- name: claimed_variables
 :EVENT_ID, :SUB_ID, :PK_ROW, :OLD_TEXT, :OLD_BLOB, :NEW_TEXT, :NEW_BLOB, :CREATED_AT, :ATTEMPTS
 
--- name: key_order
--- --key-order (second parameter TRUE): an event waits while an earlier event
--- of its group (table, tag, primary key) is still in the log, pending,
--- claimed or failing; dead ones no longer hold it back.
-AND (CAST(? AS BOOLEAN) IS NOT TRUE
-     OR NOT EXISTS (SELECT 1 FROM EVENT_LOG EARLIER
-                    WHERE EARLIER.KEY_HASH = E.KEY_HASH
-                      AND EARLIER.EVENT_ID < E.EVENT_ID
-                      AND EARLIER.DEAD = FALSE))
+-- name: in_span
+-- Whether event E is in a run of events a parallel consumer has in hand.
+EXISTS (SELECT 1 FROM EVENT_SPAN S
+        WHERE S.SUB_ID = E.SUB_ID AND S.FIRST_EVENT <= E.EVENT_ID AND S.LAST_EVENT >= E.EVENT_ID
+          AND S.EXPIRES_AT > LOCALTIMESTAMP)
 
--- name: claimable
--- The events a parallel claim may take, of the subscriptions in the list
--- that are not paused.
-SUB_ID IN (?, ...)
-AND NOT EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER P WHERE P.SUB_ID = E.SUB_ID AND P.PAUSED)
-AND DEAD = FALSE
-AND (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-{{not_leased}}
-{{key_order}}
+-- name: add_span
+INSERT INTO EVENT_SPAN (SPAN_ID, SUB_ID, FIRST_EVENT, LAST_EVENT, HOLDER, EXPIRES_AT)
+VALUES (:SPAN_ID, :THE_SUB, :RUN_FIRST, :RUN_LAST, :OWNER, DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP))
 
--- name: claim_skip_locked
--- Firebird 5: rows locked by another claimer's open transaction are skipped.
--- Parameters: owner, lease in ms, the subscription ids, key order, how many.
-UPDATE EVENT_LOG E
-SET CLAIMED_BY = ?,
-    CLAIM_EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP),
-    ATTEMPTS = ATTEMPTS + 1
-WHERE {{claimable}}
-ORDER BY EVENT_ID
-ROWS ?
-SKIP LOCKED
-RETURNING {{claimed_columns}};
-
--- name: claim_candidates
--- Firebird 3/4 (no SKIP LOCKED), step 1: the first claimable events, some of
--- which other claimers may be taking at this moment. Parameters: the
--- subscription ids, key order, how many.
-SELECT EVENT_ID FROM EVENT_LOG E
-WHERE {{claimable}}
-ORDER BY EVENT_ID
-ROWS ?;
-
--- name: claim_fallback
--- Firebird 3/4, step 2: try each candidate (IDS, comma-separated) in this
--- NO WAIT transaction and pass over the ones another
--- claimer holds, catching the conflict per row, so claimers never see a lock
--- conflict.
+-- name: claim
+-- Parallel mode: up to MAX_ROWS available events of the subscriptions in
+-- SUBS (comma-separated ids, taken in that order), each in log order. No
+-- event is written: each run of a subscription's events handed out (every
+-- live event from its first to its last) becomes one EVENT_SPAN row, the
+-- consumer's lease on them, and every event comes with its run's SPAN_ID
+-- and the attempt it is (ATTEMPTS + 1). A subscription is walked only while
+-- this transaction holds the lock on its EVENT_LEASE row (NO WAIT): one
+-- another claimer holds at this moment is passed over, returned as a row
+-- with EVENT_ID NULL, so claimers never wait for or conflict with each
+-- other, on any Firebird version. Under the lock, the spans of the
+-- subscription that ran out (their holder died) are dropped and their events'
+-- attempt counted. An event is available when it is due (not waiting for a
+-- retry), not in a span, not in the batch an ordered consumer holds and,
+-- with KEY_ORDER, when no earlier live event of its row (table, tag, key)
+-- is in the log; any other live event ends a run.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
-               IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
-RETURNS ({{claimed_outputs}})
+               KEY_ORDER BOOLEAN = ?, IDS VARCHAR(8000) CHARACTER SET ASCII = ?)
+RETURNS ({{claimed_outputs}}, SPAN_ID BIGINT)
 AS
 DECLARE ID BIGINT;
-DECLARE CLAIMED INTEGER = 0;
+DECLARE THE_SUB INTEGER;
+DECLARE TAKEN INTEGER = 0;
+DECLARE LOCKED BOOLEAN;  -- this claim holds the subscription
+DECLARE BUSY BOOLEAN;  -- another claimer holds it
+DECLARE CANDIDATE BIGINT;
+DECLARE AVAILABLE BOOLEAN;
+DECLARE RUN_FIRST BIGINT;
+DECLARE RUN_LAST BIGINT;
+DECLARE HELD_FIRST BIGINT;
+DECLARE HELD_LAST BIGINT;
+DECLARE GONE BIGINT;
+DECLARE GONE_FIRST BIGINT;
+DECLARE GONE_LAST BIGINT;
 BEGIN
     IDS = IDS || ',';
-    WHILE (CLAIMED < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
+    WHILE (TAKEN < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
     BEGIN
         {{next_id}};
-        EVENT_ID = NULL;
+        THE_SUB = ID;
+        LOCKED = FALSE;
+        BUSY = FALSE;
+        HELD_FIRST = NULL;
+        HELD_LAST = NULL;
+        IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE SUB_ID = :THE_SUB AND NOT PAUSED)) THEN
         BEGIN
-            UPDATE EVENT_LOG
-            SET CLAIMED_BY = :OWNER,
-                CLAIM_EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP),
-                ATTEMPTS = ATTEMPTS + 1
-            WHERE EVENT_ID = :ID
-              AND DEAD = FALSE
-              AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-            RETURNING {{claimed_columns}}
-            INTO {{claimed_variables}};
-            WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK DO
-                EVENT_ID = NULL;
+            UPDATE EVENT_LEASE SET HOLDER = HOLDER WHERE SUB_ID = :THE_SUB
+            RETURNING IIF(HOLDER IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP, FIRST_EVENT, NULL),
+                      IIF(HOLDER IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP, LAST_EVENT, NULL)
+            INTO :HELD_FIRST, :HELD_LAST;
+            IF (ROW_COUNT = 0) THEN
+                INSERT INTO EVENT_LEASE (SUB_ID) VALUES (:THE_SUB);
+            LOCKED = TRUE;
+            WHEN GDSCODE LOCK_CONFLICT, GDSCODE UPDATE_CONFLICT, GDSCODE DEADLOCK, GDSCODE UNIQUE_KEY_VIOLATION DO
+                BUSY = TRUE;
         END
-        IF (EVENT_ID IS NOT NULL) THEN
+        IF (LOCKED) THEN
         BEGIN
+            FOR SELECT SPAN_ID, FIRST_EVENT, LAST_EVENT FROM EVENT_SPAN
+                WHERE SUB_ID = :THE_SUB AND EXPIRES_AT <= LOCALTIMESTAMP
+                INTO :GONE, :GONE_FIRST, :GONE_LAST
+            DO
+            BEGIN
+                UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1
+                WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :GONE_FIRST AND :GONE_LAST;
+                DELETE FROM EVENT_SPAN WHERE SPAN_ID = :GONE;
+            END
+            RUN_FIRST = NULL;
+            FOR SELECT E.EVENT_ID,
+                       (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+                       AND (:HELD_FIRST IS NULL OR E.EVENT_ID NOT BETWEEN :HELD_FIRST AND :HELD_LAST)
+                       AND NOT {{in_span}}
+                       AND (:KEY_ORDER IS NOT TRUE
+                            OR NOT EXISTS (SELECT 1 FROM EVENT_LOG EARLIER
+                                           WHERE EARLIER.KEY_HASH = E.KEY_HASH
+                                             AND EARLIER.EVENT_ID < E.EVENT_ID
+                                             AND EARLIER.DEAD = FALSE))
+                FROM EVENT_LOG E
+                WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE
+                ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
+                INTO :CANDIDATE, :AVAILABLE
+            DO
+            BEGIN
+                IF (AVAILABLE) THEN
+                BEGIN
+                    EVENT_ID = NULL;
+                    SELECT {{claimed_columns}} FROM EVENT_LOG WHERE EVENT_ID = :CANDIDATE
+                    INTO {{claimed_variables}};
+                    -- Gone if the holder of a span that ran out acknowledged it meanwhile.
+                    AVAILABLE = EVENT_ID IS NOT NULL;
+                END
+                IF (AVAILABLE) THEN
+                BEGIN
+                    IF (RUN_FIRST IS NULL) THEN
+                    BEGIN
+                        RUN_FIRST = CANDIDATE;
+                        SPAN_ID = NEXT VALUE FOR EVENT_SPAN_IDS;
+                    END
+                    RUN_LAST = CANDIDATE;
+                    ATTEMPTS = ATTEMPTS + 1;
+                    SUSPEND;
+                    TAKEN = TAKEN + 1;
+                    IF (TAKEN >= MAX_ROWS) THEN
+                        LEAVE;
+                END
+                ELSE IF (RUN_FIRST IS NOT NULL) THEN
+                BEGIN
+                    {{add_span}};
+                    RUN_FIRST = NULL;
+                END
+            END
+            IF (RUN_FIRST IS NOT NULL) THEN
+                {{add_span}};
+        END
+        IF (BUSY) THEN
+        BEGIN
+            EVENT_ID = NULL;
+            SUB_ID = THE_SUB;
             SUSPEND;
-            CLAIMED = CLAIMED + 1;
         END
     END
 END;
@@ -116,11 +169,10 @@ END;
 -- instead of trying each of its streams in turn.
 SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
 WHERE NOT s.PAUSED
-  AND (SELECT FIRST 1 (l.NEXT_ATTEMPT_AT IS NULL OR l.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-                      AND (l.CLAIM_EXPIRES_AT IS NULL OR l.CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-       FROM EVENT_LOG l
-       WHERE l.SUB_ID = s.SUB_ID AND l.DEAD = FALSE
-       ORDER BY l.SUB_ID, l.DEAD, l.EVENT_ID) IS TRUE;
+  AND (SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}}
+       FROM EVENT_LOG E
+       WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
+       ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE;
 
 -- name: stream_subscriptions
 -- Header of a loop over the subscriptions of the stream (STREAM_TABLE,
@@ -145,7 +197,7 @@ DECLARE BATCH_LAST BIGINT;
 -- name: stream_stop
 -- Where an ordered batch of the stream's events after AFTER stops
 -- (STOP_AT): at the stream's first event that is not available (waiting for
--- its retry, or claimed by a parallel-mode worker), so nothing is ever
+-- its retry, or in a parallel consumer's span), so nothing is ever
 -- handled before an earlier event of its stream, and where any of the
 -- stream's subscriptions' first MAX_ROWS events end (what comes after them
 -- was not read). Also the stream's first live event (HEAD) and whether it
@@ -154,12 +206,11 @@ DECLARE BATCH_LAST BIGINT;
 DO
 BEGIN
     WALKED = 0;
-    FOR SELECT FIRST (:MAX_ROWS) EVENT_ID,
-               (NEXT_ATTEMPT_AT IS NULL OR NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
-               AND (CLAIM_EXPIRES_AT IS NULL OR CLAIM_EXPIRES_AT <= LOCALTIMESTAMP)
-        FROM EVENT_LOG
-        WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :AFTER AND EVENT_ID < :STOP_AT
-        ORDER BY SUB_ID, DEAD, EVENT_ID
+    FOR SELECT FIRST (:MAX_ROWS) E.EVENT_ID,
+               (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}}
+        FROM EVENT_LOG E
+        WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE AND E.EVENT_ID > :AFTER AND E.EVENT_ID < :STOP_AT
+        ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
         INTO :CANDIDATE, :AVAILABLE
     DO
     BEGIN
@@ -292,26 +343,13 @@ BEGIN
           AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
 END;
 
--- name: not_leased
--- Parallel claims pass over the batch an ordered consumer has in hand.
-AND NOT EXISTS (SELECT 1 FROM EVENT_LEASE H
-                WHERE H.SUB_ID = E.SUB_ID AND H.HOLDER IS NOT NULL
-                  AND H.EXPIRES_AT > LOCALTIMESTAMP
-                  AND E.EVENT_ID BETWEEN H.FIRST_EVENT AND H.LAST_EVENT)
-
--- ack, release and extend act on a batch: IDS is its event ids as one
--- comma-separated parameter (binding a hundred parameters cost the client
--- more than the engine's work). Only events still held by the claimant are
--- touched: for a parallel claim CLAIMED_BY is the owner, for an ordered one
--- (under the subscription's lease) it is NULL.
-
 -- name: next_id
 -- Takes the first id off IDS (which ends with a comma) into ID.
 ID = CAST(LEFT(IDS, POSITION(',' IN IDS) - 1) AS BIGINT);
 IDS = SUBSTRING(IDS FROM POSITION(',' IN IDS) + 1);
 
 -- name: ack
-EXECUTE BLOCK (CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
 RETURNS (DONE INTEGER)
 AS
 DECLARE ID BIGINT;
@@ -321,43 +359,22 @@ BEGIN
     WHILE (CHAR_LENGTH(IDS) > 1) DO
     BEGIN
         {{next_id}};
-        DELETE FROM EVENT_LOG WHERE EVENT_ID = :ID AND CLAIMED_BY IS NOT DISTINCT FROM :CLAIMANT;
+        DELETE FROM EVENT_LOG WHERE EVENT_ID = :ID;
         DONE = DONE + ROW_COUNT;
     END
     SUSPEND;
 END;
 
 -- name: fail
--- DEAD and DEAD_AT are set when the attempt was the last one allowed. The
--- attempt itself is counted here for an ordered claim (second parameter 1).
+-- The attempt is counted here (claims count none). DEAD and DEAD_AT are set
+-- when it was the last one allowed.
 UPDATE EVENT_LOG
-SET CLAIMED_BY = NULL,
-    CLAIM_EXPIRES_AT = NULL,
-    LAST_ERROR = ?,
-    ATTEMPTS = ATTEMPTS + ?,
+SET LAST_ERROR = ?,
+    ATTEMPTS = ATTEMPTS + 1,
     NEXT_ATTEMPT_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP),
     DEAD_AT = IIF(? = 1, LOCALTIMESTAMP, NULL),
     DEAD = (? = 1)
-WHERE EVENT_ID = ? AND CLAIMED_BY IS NOT DISTINCT FROM ?;
-
--- name: release
--- Give back claimed events that were never started: the attempt did not happen.
-EXECUTE BLOCK (CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
-RETURNS (DONE INTEGER)
-AS
-DECLARE ID BIGINT;
-BEGIN
-    DONE = 0;
-    IDS = IDS || ',';
-    WHILE (CHAR_LENGTH(IDS) > 1) DO
-    BEGIN
-        {{next_id}};
-        UPDATE EVENT_LOG SET CLAIMED_BY = NULL, CLAIM_EXPIRES_AT = NULL, ATTEMPTS = ATTEMPTS - 1
-        WHERE EVENT_ID = :ID AND CLAIMED_BY = :CLAIMANT;
-        DONE = DONE + ROW_COUNT;
-    END
-    SUSPEND;
-END;
+WHERE EVENT_ID = ?;
 
 -- name: release_lease
 -- The ordered batch of a stream (table, tag) is settled: its events that
@@ -365,59 +382,53 @@ END;
 UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
 WHERE HOLDER = ? AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = ? AND TAG = ?);
 
--- name: extend
-EXECUTE BLOCK (LEASE_MS INTEGER = ?, CLAIMANT VARCHAR(100) CHARACTER SET UTF8 = ?,
-               IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
-RETURNS (DONE INTEGER)
+-- name: release_spans
+-- The events of these spans (IDS) are settled: handled ones deleted in the
+-- same transaction, failed ones waiting for their retry.
+EXECUTE BLOCK (HOLDER VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
 AS
 DECLARE ID BIGINT;
 BEGIN
-    DONE = 0;
     IDS = IDS || ',';
     WHILE (CHAR_LENGTH(IDS) > 1) DO
     BEGIN
         {{next_id}};
-        UPDATE EVENT_LOG SET CLAIM_EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
-        WHERE EVENT_ID = :ID AND CLAIMED_BY = :CLAIMANT;
-        DONE = DONE + ROW_COUNT;
+        DELETE FROM EVENT_SPAN WHERE SPAN_ID = :ID AND HOLDER = :HOLDER;
     END
-    SUSPEND;
 END;
 
 -- name: extend_leases
-UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(? MILLISECOND TO LOCALTIMESTAMP)
-WHERE HOLDER = ? AND FIRST_EVENT IS NOT NULL;
+-- The heartbeat: every lease of the holder, spans and streams.
+EXECUTE BLOCK (LEASE_MS INTEGER = ?, HOLDER VARCHAR(100) CHARACTER SET UTF8 = ?)
+RETURNS (RENEWED INTEGER)
+AS
+BEGIN
+    UPDATE EVENT_SPAN SET EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
+    WHERE HOLDER = :HOLDER;
+    RENEWED = ROW_COUNT;
+    UPDATE EVENT_LEASE SET EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
+    WHERE HOLDER = :HOLDER AND FIRST_EVENT IS NOT NULL;
+    RENEWED = RENEWED + ROW_COUNT;
+    SUSPEND;
+END;
 
 -- name: fail_abandoned
 -- A worker process died and the supervisor saw it: what the worker held
--- fails at once instead of when its lease runs out. Each event of a
--- parallel claim gets the failed attempt (its claim counted it) with the
--- error, due again after its backoff, or dead after the last attempt. An
--- ordered batch gets the error and its subscription's lease ends now: the
--- next claim counts the attempt of the events still in it. Parameters: the
--- worker, the error, the backoff's first and longest delay in ms, attempts
--- allowed. Finding the worker's parallel claims reads the live log (no
--- index on CLAIMED_BY); it runs once per dead worker.
-EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, ERROR VARCHAR(2000) CHARACTER SET UTF8 = ?,
-               BACKOFF_MIN_MS BIGINT = ?, BACKOFF_MAX_MS BIGINT = ?, MAX_ATTEMPTS INTEGER = ?)
+-- fails at once instead of when its lease runs out. The events of its spans
+-- and of its ordered batches get the error, and those leases end now: the
+-- next claim counts the attempt of the events still in them and hands them
+-- out again. Parameter: the worker, the error.
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, ERROR VARCHAR(2000) CHARACTER SET UTF8 = ?)
 RETURNS (EVENTS INTEGER)
 AS
 DECLARE THE_SUB INTEGER;
 DECLARE BATCH_FIRST BIGINT;
 DECLARE BATCH_LAST BIGINT;
 BEGIN
-    UPDATE EVENT_LOG
-    SET CLAIMED_BY = NULL,
-        CLAIM_EXPIRES_AT = NULL,
-        LAST_ERROR = :ERROR,
-        NEXT_ATTEMPT_AT = DATEADD(CAST(MINVALUE(:BACKOFF_MIN_MS * POWER(2, ATTEMPTS - 1), :BACKOFF_MAX_MS)
-                                       * (0.5 + RAND() / 2) AS BIGINT) MILLISECOND TO LOCALTIMESTAMP),
-        DEAD = (ATTEMPTS >= :MAX_ATTEMPTS),
-        DEAD_AT = IIF(ATTEMPTS >= :MAX_ATTEMPTS, LOCALTIMESTAMP, NULL)
-    WHERE CLAIMED_BY = :OWNER;
-    EVENTS = ROW_COUNT;
-    FOR SELECT SUB_ID, FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
-        WHERE HOLDER = :OWNER AND FIRST_EVENT IS NOT NULL
+    EVENTS = 0;
+    FOR SELECT SUB_ID, FIRST_EVENT, LAST_EVENT FROM EVENT_SPAN WHERE HOLDER = :OWNER
+        UNION ALL
+        SELECT SUB_ID, FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE WHERE HOLDER = :OWNER AND FIRST_EVENT IS NOT NULL
         INTO :THE_SUB, :BATCH_FIRST, :BATCH_LAST
     DO
     BEGIN
@@ -425,6 +436,7 @@ BEGIN
         WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :BATCH_FIRST AND :BATCH_LAST;
         EVENTS = EVENTS + ROW_COUNT;
     END
+    UPDATE EVENT_SPAN SET EXPIRES_AT = LOCALTIMESTAMP WHERE HOLDER = :OWNER;
     UPDATE EVENT_LEASE SET EXPIRES_AT = LOCALTIMESTAMP WHERE HOLDER = :OWNER;
     SUSPEND;
 END;

@@ -17,11 +17,27 @@ ORDER BY SUB_ID, MINUTE_AT;
 -- name: server_minute
 SELECT LOCALTIMESTAMP FROM RDB$DATABASE;
 
+-- name: in_span
+-- Span sp (a parallel consumer's lease) covers event l.
+sp.SUB_ID = l.SUB_ID AND sp.FIRST_EVENT <= l.EVENT_ID AND sp.LAST_EVENT >= l.EVENT_ID
+AND sp.EXPIRES_AT > LOCALTIMESTAMP
+
+-- name: in_batch
+-- Lease h (an ordered consumer's batch) covers event l.
+h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL AND h.EXPIRES_AT > LOCALTIMESTAMP
+AND l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT
+
 -- name: held
-(COALESCE(l.CLAIM_EXPIRES_AT > LOCALTIMESTAMP, FALSE)
- OR EXISTS (SELECT 1 FROM EVENT_LEASE h
-            WHERE h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL AND h.EXPIRES_AT > LOCALTIMESTAMP
-              AND l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT))
+(EXISTS (SELECT 1 FROM EVENT_SPAN sp WHERE {{in_span}})
+ OR EXISTS (SELECT 1 FROM EVENT_LEASE h WHERE {{in_batch}}))
+
+-- name: held_by
+COALESCE((SELECT FIRST 1 sp.HOLDER FROM EVENT_SPAN sp WHERE {{in_span}}),
+         (SELECT h.HOLDER FROM EVENT_LEASE h WHERE {{in_batch}}))
+
+-- name: held_until
+COALESCE((SELECT FIRST 1 sp.EXPIRES_AT FROM EVENT_SPAN sp WHERE {{in_span}}),
+         (SELECT h.EXPIRES_AT FROM EVENT_LEASE h WHERE {{in_batch}}))
 
 -- name: state
 IIF(l.DEAD, 'D', IIF(l.LAST_ERROR IS NULL, 'P', 'F'))
@@ -33,7 +49,7 @@ IIF(OCTET_LENGTH(l.OLD_ROW) <= 32000, CAST(l.OLD_ROW AS VARCHAR(32000) CHARACTER
 IIF(OCTET_LENGTH(l.OLD_ROW) > 32000, l.OLD_ROW, NULL),
 IIF(OCTET_LENGTH(l.NEW_ROW) <= 32000, CAST(l.NEW_ROW AS VARCHAR(32000) CHARACTER SET OCTETS), NULL),
 IIF(OCTET_LENGTH(l.NEW_ROW) > 32000, l.NEW_ROW, NULL),
-{{state}}, {{held}}, l.ATTEMPTS, l.LAST_ERROR, l.CREATED_AT, l.NEXT_ATTEMPT_AT, l.DEAD_AT, l.CLAIMED_BY
+{{state}}, {{held}}, l.ATTEMPTS, l.LAST_ERROR, l.CREATED_AT, l.NEXT_ATTEMPT_AT, l.DEAD_AT, {{held_by}}
 
 -- name: subscription_events
 -- Up to ? events of one subscription after an EVENT_ID, live (DEAD FALSE)
@@ -56,7 +72,7 @@ WHERE l.KEY_HASH = ? AND l.PK_ROW = ? AND l.EVENT_ID > ?
 ORDER BY l.KEY_HASH, l.EVENT_ID;
 
 -- name: event
-SELECT {{event_columns}}, l.CLAIM_EXPIRES_AT
+SELECT {{event_columns}}, {{held_until}}
 FROM EVENT_LOG l
 WHERE l.EVENT_ID = ?;
 

@@ -1,6 +1,6 @@
 -- What a listener running as its own user needs (`subs grant USER`): read
 -- the subscriptions, claim, settle and delete events, lease subscriptions
--- (ordered mode), and read the schema version. Writers need nothing: each
+-- and runs of their events, and read the schema version. Writers need nothing: each
 -- capture trigger holds its own right to insert into EVENT_LOG.
 -- Housekeeping's index rebuild needs ALTER rights and is skipped without.
 
@@ -12,6 +12,12 @@ GRANT SELECT, UPDATE, DELETE ON EVENT_LOG TO USER {user};
 
 -- name: lease
 GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_LEASE TO USER {user};
+
+-- name: spans
+GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_SPAN TO USER {user};
+
+-- name: span_ids
+GRANT USAGE ON SEQUENCE EVENT_SPAN_IDS TO USER {user};
 
 -- name: database_id
 -- Events leaving the database carry its id; the first listener makes it.

@@ -1,8 +1,8 @@
 -- name: queue_depth
 -- Per subscription: its live events walked in log order on the claim index
 -- up to MAX_COUNTED (LIVE_MORE: there are more), split into pending, in
--- flight (claimed by a parallel worker, or in the batch an ordered one has
--- in hand) and failed (waiting for a retry); its dead events counted up to
+-- flight (in a span a parallel worker holds, or in the batch an ordered one
+-- has in hand) and failed (waiting for a retry); its dead events counted up to
 -- MAX_COUNTED (DEAD_MORE); the oldest live event's age in ms. The cost of a
 -- refresh does not grow with the length of the log. Read by the metrics
 -- endpoint, the listener's backlog samples and the console's overview.
@@ -13,7 +13,7 @@ RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(
 AS
 DECLARE EVENT BIGINT;
 DECLARE CREATED TIMESTAMP;
-DECLARE CLAIM_EXPIRES TIMESTAMP;
+DECLARE IN_SPAN BOOLEAN;
 DECLARE ERROR_LOGGED BOOLEAN;
 DECLARE LEASE_FIRST BIGINT;
 DECLARE LEASE_LAST BIGINT;
@@ -33,19 +33,21 @@ BEGIN
         SELECT FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
         WHERE SUB_ID = :SUB_ID AND HOLDER IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP
         INTO :LEASE_FIRST, :LEASE_LAST;
-        FOR SELECT FIRST (:MAX_COUNTED + 1) EVENT_ID, CREATED_AT, CLAIM_EXPIRES_AT, LAST_ERROR IS NOT NULL
-            FROM EVENT_LOG
-            WHERE SUB_ID = :SUB_ID AND DEAD = FALSE
-            ORDER BY SUB_ID, DEAD, EVENT_ID
-            INTO :EVENT, :CREATED, :CLAIM_EXPIRES, :ERROR_LOGGED
+        FOR SELECT FIRST (:MAX_COUNTED + 1) l.EVENT_ID, l.CREATED_AT, l.LAST_ERROR IS NOT NULL,
+                   EXISTS (SELECT 1 FROM EVENT_SPAN sp
+                           WHERE sp.SUB_ID = l.SUB_ID AND sp.FIRST_EVENT <= l.EVENT_ID
+                             AND sp.LAST_EVENT >= l.EVENT_ID AND sp.EXPIRES_AT > LOCALTIMESTAMP)
+            FROM EVENT_LOG l
+            WHERE l.SUB_ID = :SUB_ID AND l.DEAD = FALSE
+            ORDER BY l.SUB_ID, l.DEAD, l.EVENT_ID
+            INTO :EVENT, :CREATED, :ERROR_LOGGED, :IN_SPAN
         DO
         BEGIN
             WALKED = WALKED + 1;
             IF (WALKED <= MAX_COUNTED) THEN
             BEGIN
                 OLDEST_MS = COALESCE(OLDEST_MS, DATEDIFF(MILLISECOND FROM CREATED TO LOCALTIMESTAMP));
-                IF (COALESCE(CLAIM_EXPIRES > LOCALTIMESTAMP, FALSE)
-                    OR COALESCE(EVENT BETWEEN LEASE_FIRST AND LEASE_LAST, FALSE)) THEN
+                IF (IN_SPAN OR COALESCE(EVENT BETWEEN LEASE_FIRST AND LEASE_LAST, FALSE)) THEN
                     IN_FLIGHT = IN_FLIGHT + 1;
                 ELSE IF (ERROR_LOGGED) THEN
                     FAILED = FAILED + 1;

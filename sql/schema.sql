@@ -45,8 +45,6 @@ CREATE TABLE EVENT_LOG (
     ATTEMPTS          INTEGER DEFAULT 0 NOT NULL,
     NEXT_ATTEMPT_AT   TIMESTAMP,
     LAST_ERROR        BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
-    CLAIMED_BY        VARCHAR(100) CHARACTER SET UTF8,
-    CLAIM_EXPIRES_AT  TIMESTAMP,
     DEAD_AT           TIMESTAMP,
     DEAD              BOOLEAN DEFAULT FALSE NOT NULL,
     OLD_ROW           BLOB SUB_TYPE BINARY,
@@ -76,6 +74,33 @@ CREATE TABLE EVENT_LEASE (
     LAST_EVENT   BIGINT,
     CONSTRAINT PK_EVENT_LEASE PRIMARY KEY (SUB_ID)
 );
+
+-- name: create_span
+-- A parallel claim's lease: one row per run of a subscription's events a
+-- consumer has in hand (FIRST_EVENT..LAST_EVENT, every live event between
+-- them handed out), instead of a write to every event it claims. A claim
+-- takes spans of a subscription only while it holds the row lock on the
+-- subscription's EVENT_LEASE row, so two consumers never take the same
+-- events. The events of a span that ran out are claimable again, their
+-- attempt counted.
+CREATE TABLE EVENT_SPAN (
+    SPAN_ID      BIGINT NOT NULL,
+    SUB_ID       INTEGER NOT NULL,
+    FIRST_EVENT  BIGINT NOT NULL,
+    LAST_EVENT   BIGINT NOT NULL,
+    HOLDER       VARCHAR(100) CHARACTER SET UTF8 NOT NULL,
+    EXPIRES_AT   TIMESTAMP NOT NULL,
+    CONSTRAINT PK_EVENT_SPAN PRIMARY KEY (SPAN_ID)
+);
+
+-- name: create_span_index
+-- "Is this event in a span?": the spans of its subscription that end at or
+-- after it, which skips the spans already given back and not yet
+-- garbage-collected (with FIRST_EVENT, each lookup walked all of them).
+CREATE INDEX IX_EVENT_SPAN_SUB ON EVENT_SPAN (SUB_ID, LAST_EVENT);
+
+-- name: create_span_ids
+CREATE SEQUENCE EVENT_SPAN_IDS;
 
 -- name: create_database_id
 -- This database's identity for what leaves it: an event's idempotency key
@@ -135,5 +160,5 @@ CREATE EXCEPTION EVENT_STREAM_HELD 'another consumer holds a batch of this strea
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
 AS
 BEGIN
-    RETURN 11;
+    RETURN 12;
 END;

@@ -1,7 +1,7 @@
 -- name: status
 -- Per subscription: pending (waiting, including failed ones waiting for a
--- retry), in flight (claimed by a parallel worker, or in the batch an ordered
--- one has in hand, lease running), failed, dead, oldest pending.
+-- retry), in flight (in a span a parallel worker holds, or in the batch an
+-- ordered one has in hand, lease running), failed, dead, oldest pending.
 SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
        SUM(IIF(e.SUB_ID IS NOT NULL AND e.DEAD_AT IS NULL AND NOT e.HELD, 1, 0)),
        SUM(IIF(e.DEAD_AT IS NULL AND e.HELD, 1, 0)),
@@ -10,7 +10,9 @@ SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
        DATEDIFF(MILLISECOND FROM MIN(IIF(e.DEAD_AT IS NULL, e.CREATED_AT, NULL)) TO LOCALTIMESTAMP)
 FROM EVENT_SUBSCRIBER s
 LEFT JOIN (SELECT l.SUB_ID, l.DEAD_AT, l.LAST_ERROR, l.CREATED_AT,
-                  COALESCE(l.CLAIM_EXPIRES_AT > LOCALTIMESTAMP, FALSE)
+                  EXISTS (SELECT 1 FROM EVENT_SPAN sp
+                          WHERE sp.SUB_ID = l.SUB_ID AND sp.FIRST_EVENT <= l.EVENT_ID
+                            AND sp.LAST_EVENT >= l.EVENT_ID AND sp.EXPIRES_AT > LOCALTIMESTAMP)
                   OR COALESCE(l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT, FALSE) AS HELD
            FROM EVENT_LOG l
            LEFT JOIN EVENT_LEASE h ON h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL

@@ -30,6 +30,9 @@ DELETE FROM EVENT_SUBSCRIBER WHERE SUB_ID = ?;
 -- name: delete_lease
 DELETE FROM EVENT_LEASE WHERE SUB_ID = ?;
 
+-- name: delete_spans
+DELETE FROM EVENT_SPAN WHERE SUB_ID = ?;
+
 -- name: delete_backfill
 DELETE FROM EVENT_BACKFILL WHERE SUB_ID = ?;
 

@@ -359,7 +359,7 @@ def check_key_order(report: Report, deliveries: list[Delivery]) -> None:
 
 
 def check_leftovers(report: Report, rows: list[tuple]) -> None:
-    """rows: (EVENT_ID, CLAIMED_BY, DEAD_AT) still in EVENT_LOG."""
+    """rows: (EVENT_ID, holder of its span, DEAD_AT) still in EVENT_LOG."""
     claimed = sum(1 for _, owner, dead in rows if owner and not dead)
     dead = sum(1 for _, _, dead in rows if dead)
     pending = len(rows) - claimed - dead

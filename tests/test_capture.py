@@ -120,9 +120,10 @@ def test_claims_hand_over_short_and_long_values_alike(settings):
     with Database(settings) as db:
         claimer = Claimer(db, "test:1", 30)
         targets = {t.sub_id: t for t in load_targets(db)}
-        claimed = decoded(claimer.claim(targets, 10))
+        taken = claimer.claim(targets, 10)
+        claimed = decoded(taken)
         assert [(e.pk, e.old, e.new) for e in claimed] == logged
-        claimer.release(e.id for e in claimed)
+        claimer.ack([], {e.span for e in taken})
         streams_of = streams(targets.values()).values()
         in_order = decoded([e for stream in streams_of for e in claimer.claim_head(stream, 10)])
         assert sorted((e.id, e.pk, e.old, e.new) for e in in_order) == [(e.id, e.pk, e.old, e.new) for e in claimed]
@@ -139,9 +140,9 @@ def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
     with Database(settings) as db:
         claimer = Claimer(db, "test:1", 30)
         (target,) = load_targets(db)
-        claimed = decoded(claimer.claim({target.sub_id: target}, 250))
-        assert [e.pk["ID"] for e in claimed] == list(range(1, 251))
-        claimer.release(e.id for e in claimed)
+        taken = claimer.claim({target.sub_id: target}, 250)
+        assert [e.pk["ID"] for e in decoded(taken)] == list(range(1, 251))
+        claimer.ack([], {e.span for e in taken})
         assert [e.pk["ID"] for e in decoded(claimer.claim_head([target], 203))] == list(range(1, 204))
 
 

@@ -1,5 +1,6 @@
 """Claims at the Claimer level, on both engines: the lease an ordered claim
-takes on its subscription, and how parallel claims and status see it."""
+takes on its stream, the spans a parallel claim takes, and how claims and
+status see each other."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def test_an_ordered_batch_is_held_by_its_subscription_lease(items):
         a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
         batch = a.claim_head([target], 3)
         assert [(key(e), e.attempt) for e in batch] == [(1, 1), (2, 1), (3, 1)]
-        assert query(items, "SELECT ATTEMPTS, CLAIMED_BY FROM EVENT_LOG ORDER BY EVENT_ID") == [(0, None)] * 6
+        assert query(items, "SELECT ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(0,)] * 6
         assert b.claim_head([target], 10) == [], "a second ordered consumer must wait for the lease"
         parallel = b.claim({target.sub_id: target}, 10)
         assert [key(e) for e in parallel] == [4, 5, 6], "a parallel claim took events of the batch in hand"
-        b.release(e.id for e in parallel)
+        assert b.ack([], {e.span for e in parallel}) == 0  # given back, not handled
 
         status = json.loads(Subs(items).ok("status", "--json"))
         row = next(r for r in status if r["action"] == "I")
@@ -65,7 +66,7 @@ def test_a_failed_ordered_attempt_is_counted_once(items):
     with Database(items) as db:
         claimer = Claimer(db, "a:1", 30)
         first, *_ = claimer.claim_head([target], 3)
-        claimer.fail(first.id, "boom", 0, dead=False, held=True)
+        claimer.fail(first.id, "boom", 0, dead=False)
         claimer.settle_head(stream_of(target), [])
         assert query(items, "SELECT ATTEMPTS, LAST_ERROR FROM EVENT_LOG ORDER BY EVENT_ID")[:2] == [
             (1, "boom"),
@@ -116,9 +117,8 @@ def test_an_idle_subscription_is_claimed_without_a_write(items):
 
 
 def test_parallel_claims_of_any_size_take_each_event_once(items):
-    """On Firebird 3 the claim reads candidates and hands them to its PSQL
-    block as one list: a claim far larger than the log, or than that list
-    holds, still works; two claimers share the events without overlap."""
+    """A claim far larger than the log works; two claimers share the events
+    without overlap."""
     target = insert_target(items)
     targets = {target.sub_id: target}
     with Database(items) as a_db, Database(items) as b_db:
@@ -127,7 +127,9 @@ def test_parallel_claims_of_any_size_take_each_event_once(items):
         rest = b.claim(targets, 100_000)
         assert [key(e) for e in first] == [1, 2] and [key(e) for e in rest] == [3, 4, 5, 6]
         assert a.claim(targets, 100_000) == [] and a.conflicts == b.conflicts == 0
-        assert a.ack([e.id for e in first]) == 2 and b.ack([e.id for e in rest]) == 4
+        assert a.ack([e.id for e in first], {e.span for e in first}) == 2
+        assert b.ack([e.id for e in rest], {e.span for e in rest}) == 4
+        assert query(items, "SELECT COUNT(*) FROM EVENT_SPAN") == [(0,)]
 
 
 def test_an_ordered_claim_takes_the_whole_stream_in_log_order(items):
@@ -236,3 +238,103 @@ def test_no_next_batch_for_a_lease_another_consumer_took_over(items):
         wait_until(lambda: query(items, expired) == [(3,)], 10, "the stream's lease (I, U, D) to run out")
         assert [key(e) for e in b.claim_head([target], 2)] == [1, 2]
         assert a.claim_next([target], first[-1].id, len(first), 2) == []
+
+
+SPANS = "SELECT FIRST_EVENT, LAST_EVENT, TRIM(HOLDER) FROM EVENT_SPAN ORDER BY FIRST_EVENT"
+RECORD_VERSIONS = "SELECT EVENT_ID, RDB$RECORD_VERSION FROM EVENT_LOG ORDER BY EVENT_ID"
+
+
+def test_a_parallel_claim_leases_a_span_and_writes_no_event(items):
+    """The claimed events stay as they were (no new record version); one
+    EVENT_SPAN row per run holds them, and the acknowledgement deletes the
+    handled events and gives the span back together."""
+    target = insert_target(items)
+    versions = query(items, RECORD_VERSIONS)
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        events = claimer.claim({target.sub_id: target}, 4)
+        assert [(key(e), e.attempt) for e in events] == [(1, 1), (2, 1), (3, 1), (4, 1)]
+        assert len({e.span for e in events}) == 1
+        assert query(items, RECORD_VERSIONS) == versions
+        assert query(items, SPANS) == [(events[0].id, events[-1].id, "a:1")]
+        status = json.loads(Subs(items).ok("status", "--json"))
+        row = next(r for r in status if r["action"] == "I")
+        assert (row["pending"], row["in_flight"]) == (2, 4)
+        assert claimer.ack([e.id for e in events[:3]], {e.span for e in events}) == 3
+    assert query(items, SPANS) == []
+    assert query(items, "SELECT EVENT_ID, ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(4, 0), (5, 0), (6, 0)]
+
+
+def test_a_run_ends_at_an_event_that_is_not_available(items):
+    """An event waiting for its retry splits the claim into two spans, and is
+    claimed on its own once due: spans never overlap."""
+    target = insert_target(items)
+    targets = {target.sub_id: target}
+    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 3")
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        events = claimer.claim(targets, 10)
+        assert [e.id for e in events] == [1, 2, 4, 5, 6]
+        assert [(first, last) for first, last, _ in query(items, SPANS)] == [(1, 2), (4, 6)]
+        execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = NULL WHERE EVENT_ID = 3")
+        assert [e.id for e in claimer.claim(targets, 10)] == [3]
+        assert [(first, last) for first, last, _ in query(items, SPANS)] == [(1, 2), (3, 3), (4, 6)]
+
+
+def test_a_span_taken_over_counts_the_attempt_of_the_events_left_in_it(items):
+    target = insert_target(items)
+    targets = {target.sub_id: target}
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
+        held = a.claim(targets, 3)  # then "a" dies with them in hand
+        assert a.ack([held[0].id]) == 1
+        assert b.claim(targets, 10) and b.conflicts == 0
+        wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT <= LOCALTIMESTAMP") == [(1,)])
+        again = b.claim(targets, 10)
+        assert [(key(e), e.attempt) for e in again] == [(2, 2), (3, 2)]
+    assert query(items, "SELECT COUNT(*) FROM EVENT_SPAN WHERE HOLDER = 'a:1'") == [(0,)]
+
+
+def test_a_failed_parallel_attempt_is_counted_once(items):
+    target = insert_target(items)
+    targets = {target.sub_id: target}
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        first, *rest = claimer.claim(targets, 3)
+        claimer.fail(first.id, "boom", 0, dead=False)
+        claimer.ack([e.id for e in rest], {first.span})
+        assert query(items, "SELECT ATTEMPTS, LAST_ERROR FROM EVENT_LOG WHERE EVENT_ID = ?", (first.id,)) == [
+            (1, "boom")
+        ]
+        assert [(e.id, e.attempt) for e in claimer.claim(targets, 1)] == [(first.id, 2)]
+
+
+def test_a_subscription_another_claimer_is_claiming_is_passed_over(items):
+    """Its EVENT_LEASE row locked by a claim not committed yet: the claim
+    takes the other subscriptions' events, counts a conflict, never waits."""
+    insert(items, 1, 2)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1")
+    with Database(items) as a_db, Database(items) as b_db:
+        targets = {t.sub_id: t for t in load_targets(a_db) if t.table == "ITEMS"}
+        inserts = next(t.sub_id for t in targets.values() if t.action == "I")
+        a = Claimer(a_db, "a:1", 30)
+        with b_db.transaction() as cursor:
+            cursor.execute("UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID) VALUES (?) MATCHING (SUB_ID)", (inserts,))
+            assert [(e.action, key(e)) for e in a.claim(targets, 10)] == [("U", 1)]
+            assert a.conflicts == 1
+        assert [(e.action, key(e)) for e in a.claim(targets, 10)] == [("I", 1), ("I", 2)]
+        Subs(items).ok("pause", "items", "IU", "rec")
+        insert(items, 3, 1)
+        assert a.claim(targets, 10) == [] and a.conflicts == 1, "a paused subscription is no conflict"
+
+
+def test_parallel_claims_take_turns_among_subscriptions(items):
+    """A claim starts with the subscription after the one the last claim
+    started with: a backlog of one does not hold back the others."""
+    insert(items, 1, 5)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x'")
+    with Database(items) as db:
+        targets = {t.sub_id: t for t in load_targets(db) if t.table == "ITEMS" and t.action in "IU"}
+        claimer = Claimer(db, "a:1", 30)
+        assert {e.action for e in claimer.claim(targets, 3)} == {"I"}
+        assert {e.action for e in claimer.claim(targets, 3)} == {"U"}

@@ -46,7 +46,7 @@ def fetches_per_claim(settings, ordered: bool = True) -> int:
             if ordered:
                 claimer.settle_head(stream_of(targets[0]), [])
             else:
-                claimer.release(e.id for e in events)
+                claimer.ack([], {e.span for e in events})
     return fetches
 
 
@@ -150,8 +150,7 @@ def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
             while time.monotonic() < deadline:
                 claimer.ready()
                 events = claimer.claim(targets, 20)
-                claimer.release(e.id for e in events[10:])
-                handled += claimer.ack([e.id for e in events[:10]])
+                handled += claimer.ack([e.id for e in events[:10]], {e.span for e in events})
             stop.set()
             rebuilder.join()
             insert(items, 10_001, 10)

@@ -343,8 +343,9 @@ def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
     listener.process.send_signal(signal.SIGTERM)
     assert listener.finish(30) == 0
     assert [(line["key"], line["phase"]) for line in listener.lines()] == [(1, "start"), (1, "done")]
-    rows = query(items, "SELECT ATTEMPTS, CLAIMED_BY FROM EVENT_LOG ORDER BY EVENT_ID")
-    assert rows == [(0, None)] * 5, "unstarted claims were not released"
+    assert query(items, "SELECT ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(0,)] * 5
+    leases = "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT > LOCALTIMESTAMP"
+    assert query(items, leases) == [(0,)], "unstarted events were not given back"
 
 
 def test_notifications_wake_an_idle_listener(items, tmp_path, listeners):

@@ -59,7 +59,7 @@ def test_a_running_listener_stops_at_its_next_claim_and_goes_on_in_order(items, 
     insert(items, 2, 5)
     wait_until(lambda: handled(listener.lines()) == [1], what="the event in flight to finish")
     time.sleep(1.0)  # five polls: nothing paused is claimed
-    assert handled(listener.lines()) == [1] and remaining(items) == 5
+    assert handled(listener.lines()) == [1] and remaining(items) == 5, listener.output()
     subs.ok("resume", "items", "I", "rec")
     wait_until(lambda: remaining(items) == 0, what="the paused events")
     keys = [line["key"] for line in listener.lines() if line["phase"] == "done"]

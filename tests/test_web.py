@@ -402,7 +402,7 @@ def test_two_listeners_together_count_every_event_once(items, tmp_path: Path, db
     [
         ("console", "subscription_events", "L ORDER IX_EVENT_LOG_QUEUE"),
         ("console", "row_events", "L ORDER IX_EVENT_LOG_KEY"),
-        ("metrics", "queue_depth", "EVENT_LOG ORDER IX_EVENT_LOG_QUEUE"),
+        ("metrics", "queue_depth", "L ORDER IX_EVENT_LOG_QUEUE"),
     ],
 )
 def test_lists_and_counts_walk_an_index_from_their_cursor(db: Database, file: str, block: str, index: str) -> None:

@@ -195,6 +195,7 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
             else:
                 cursor.execute(statements["delete"], (subscription.sub_id,))
                 cursor.execute(statements["delete_lease"], (subscription.sub_id,))
+                cursor.execute(statements["delete_spans"], (subscription.sub_id,))
                 cursor.execute(statements["delete_backfill"], (subscription.sub_id,))
                 changes.append(Change("removed", subscription, events))
         if find_table(cursor, sql.quote(name)) is None:

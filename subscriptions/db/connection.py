@@ -71,10 +71,6 @@ class Database:
         text = self.fetch_value(sql.load("engine")["engine_version"])
         self.engine_version = tuple(int(part) for part in str(text).split("."))
 
-    @property
-    def supports_skip_locked(self) -> bool:
-        return self.engine_version[0] >= 5
-
     def close(self) -> None:
         with contextlib.suppress(DatabaseError):
             if self.connection.main_transaction.is_active():

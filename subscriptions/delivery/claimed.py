@@ -1,5 +1,5 @@
 """A claimed event as its claim returned it: the captured values still
-encoded. The claimer only needs its id, subscription and attempt; the
+encoded. The claimer only needs its id, subscription, attempt and span; the
 handler process that runs it decodes the values (capture/values.py), so
 decoding runs beside the claims, in as many processes as there are."""
 
@@ -25,6 +25,7 @@ class Claimed:
     row_key: bytes | str | None
     old: bytes | str | None
     new: bytes | str | None
+    span: int | None = None  # the EVENT_SPAN of a parallel claim
 
     def event(self) -> tuple[Event, UndecodableEvent | None]:
         """The event for its handler; one whose captured row cannot be

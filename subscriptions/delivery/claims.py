@@ -1,18 +1,23 @@
 """Claiming events from EVENT_LOG and settling them (ack, fail, release).
 
-Two claim strategies, chosen by engine version:
+No claim writes the events it claims; each leases them as a range, the
+same way on every Firebird version:
 
-- Firebird 5: ``UPDATE ... SKIP LOCKED RETURNING``: concurrent claimers get
-  disjoint rows without waiting.
-- Firebird 3/4 have no SKIP LOCKED: the claim reads the first claimable
-  events, then a PSQL block tries each in the same NO WAIT transaction and
-  catches the conflict per row, so no claimer ever sees a lock conflict either.
+- parallel mode (``claim``): runs of each subscription's events, one
+  EVENT_SPAN row per run, taken while the claim holds the row lock on the
+  subscription's EVENT_LEASE row. A subscription another claimer holds at
+  that moment is passed over, as ``UPDATE ... SKIP LOCKED`` passes over
+  rows: concurrent claimers get disjoint events without waiting. Writing
+  every claimed event (what SKIP LOCKED needs) cost more than everything
+  else a no-op handler's event costs;
+- ordered mode (``claim_head``, ``claim_next``): a stream's batch, recorded
+  in the EVENT_LEASE rows of its subscriptions.
 
 Every claim is a short READ COMMITTED NO WAIT transaction of its own; handlers
 never run inside it. A claim is one statement that returns the claimed events
 themselves; it is prepared once per attachment, and a batch is settled with
-one statement per 500 events: with a no-op handler, preparing and executing per event cost
-more than the engine's work.
+one statement per 400 events: with a no-op handler, preparing and executing
+per event cost more than the engine's work.
 """
 
 from __future__ import annotations
@@ -27,22 +32,18 @@ from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, read_blob
-from subscriptions.db.errors import NO_CURRENT_RECORD, codes, index_was_rebuilt, is_conflict
+from subscriptions.db.errors import index_was_rebuilt, is_conflict
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
 
 MAX_ERROR_LENGTH = 2000
-# Event ids per settling statement (and candidates per Firebird 3/4 claim):
-# what its list of ids holds. The list is a VARCHAR(32000) parameter, but an
+# Event ids per settling statement: what its list of ids holds. The list is a VARCHAR(32000) parameter, but an
 # attachment in UTF8 passes at most 8,191 characters (32,765 bytes / 4);
 # BIGINTs have up to 19 digits and a comma.
 MAX_IDS = 400
 # Prepared statements kept per attachment (claims: one per set of targets seen).
 MAX_PREPARED = 32
-# Firebird 3/4: candidates read per event wanted, since other claimers may
-# be taking some of them at this moment.
-CANDIDATES_PER_EVENT = 4
 # Tries to read or make the database's id while another claimer makes it.
 IDENTIFY_ATTEMPTS = 3
 
@@ -90,8 +91,8 @@ class Claimer:
         self.owner = owner
         self.lease_ms = int(lease_seconds * 1000)
         self.key_order = key_order
-        self.skip_locked = db.supports_skip_locked
         self.conflicts = 0
+        self._turns = 0  # claims so far: where the next one starts
         self._sql = sql.load("claims")
         self._prepared: dict[str, Statement] = {}
         # Set when the claim index was rebuilt under one of our statements:
@@ -138,10 +139,11 @@ class Claimer:
         self._prepared.clear()
 
     def _claimed(self, rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Claimed]:
-        """Claimed rows (the columns of claimed_columns), their values left
-        encoded; long ones are read before the claim's transaction ends."""
+        """Claimed rows (the columns of claimed_columns, and a parallel
+        claim's SPAN_ID), their values left encoded; long ones are read
+        before the claim's transaction ends."""
         claimed = []
-        for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts in rows:
+        for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts, *span in rows:
             target = targets[sub_id]
             claimed.append(
                 Claimed(
@@ -156,6 +158,7 @@ class Claimer:
                     row_key=row_key,
                     old=old if long_old is None else read_blob(long_old),
                     new=new if long_new is None else read_blob(long_new),
+                    span=span[0] if span else None,
                 )
             )
         return claimed
@@ -166,37 +169,34 @@ class Claimer:
                 return self._claimed(claim(cursor), targets)
         except DatabaseError as exc:
             # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
-            # conflict (engine issue #9017), and a multi-row UPDATE ... SKIP
-            # LOCKED RETURNING "no current record for fetch" when a row it was
-            # about to return was just acknowledged by another worker. Either
-            # way nothing was claimed: try again later.
-            # An ordered claim whose stream another consumer leased meanwhile
-            # (EVENT_STREAM_HELD) undid itself: the same.
-            if not is_conflict(exc) and NO_CURRENT_RECORD not in codes(exc) and STREAM_HELD not in str(exc):
+            # conflict (engine issue #9017). An ordered claim whose stream
+            # another consumer leased meanwhile (EVENT_STREAM_HELD) undid
+            # itself. Either way nothing was claimed: try again later.
+            if not is_conflict(exc) and STREAM_HELD not in str(exc):
                 raise
             self.conflicts += 1
             return []
 
     def claim(self, targets: dict[int, Target], limit: int) -> list[Claimed]:
-        """Up to ``limit`` claimable events of ``targets``, oldest first; with
-        ``key_order``, only events with no earlier live event of their key."""
-        sub_ids = list(targets)
+        """Up to ``limit`` available events of ``targets``, each
+        subscription's in log order, from one subscription after another,
+        starting with the next one each time (no subscription waits behind
+        another's backlog); with ``key_order``, only events with no earlier
+        live event of their row. Each comes with its span; settle with
+        ``ack``. A subscription another claimer holds is passed over and
+        counted in ``conflicts``."""
+        sub_ids = sorted(targets)
+        turn = self._turns % len(sub_ids) if sub_ids else 0
+        self._turns += 1
 
-        def on_firebird_5(cursor: Cursor) -> list[tuple[Any, ...]]:
-            statement = sql.with_parameters(self._sql["claim_skip_locked"], len(sub_ids))
-            self._execute(cursor, statement, (self.owner, self.lease_ms, *sub_ids, self.key_order, limit))
-            return _rows(cursor)
+        def runs(cursor: Cursor) -> list[tuple[Any, ...]]:
+            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids[turn:] + sub_ids[:turn]))
+            self._execute(cursor, self._sql["claim"], params)
+            rows = _rows(cursor)
+            self.conflicts += sum(1 for row in rows if row[0] is None)
+            return [row for row in rows if row[0] is not None]
 
-        def on_firebird_3(cursor: Cursor) -> list[tuple[Any, ...]]:
-            statement = sql.with_parameters(self._sql["claim_candidates"], len(sub_ids))
-            self._execute(cursor, statement, (*sub_ids, self.key_order, min(limit * CANDIDATES_PER_EVENT, MAX_IDS)))
-            candidates = _id_list(row[0] for row in cursor.fetchall())
-            if not candidates:
-                return []
-            self._execute(cursor, self._sql["claim_fallback"], (self.owner, self.lease_ms, limit, candidates))
-            return _rows(cursor)
-
-        return self._claim(on_firebird_5 if self.skip_locked else on_firebird_3, targets)
+        return self._claim(runs, targets)
 
     def ready(self) -> set[int]:
         """The subscriptions whose first live event could be claimed now:
@@ -248,17 +248,22 @@ class Claimer:
             known.update((row[0], Target(*row)) for row in cursor.fetchall())
         return rows
 
-    def _claimant(self, held: bool) -> str | None:
-        """CLAIMED_BY of our events: NULL for those held under a subscription's lease."""
-        return None if held else self.owner
-
-    def ack(self, event_ids: Sequence[int]) -> int:
-        """Delete handled events we still own; returns how many we did.
+    def ack(self, event_ids: Sequence[int], spans: Iterable[int] = ()) -> int:
+        """Delete handled events and give back the spans whose events are all
+        settled, together (a span given back first would let its handled
+        events be claimed again); returns how many events were deleted.
 
         Settling is retried on a conflict, like every write here: the
-        heartbeat may have renewed the same rows a moment earlier."""
-        ids = _sorted_ids(event_ids)
-        return self._run(lambda cursor: self._settle(cursor, "ack", ids, self.owner)) if ids else 0
+        heartbeat may have renewed the same spans a moment earlier."""
+        ids, released = _sorted_ids(event_ids), _sorted_ids(spans)
+
+        def work(cursor: Cursor) -> int:
+            deleted = self._settle(cursor, "ack", ids)
+            for start in range(0, len(released), MAX_IDS):
+                cursor.execute(self._sql["release_spans"], (self.owner, _id_list(released[start : start + MAX_IDS])))
+            return deleted
+
+        return self._run(work) if ids or released else 0
 
     def settle_head(self, stream: Stream, done: Sequence[int], *, release: bool = True) -> int:
         """Delete the handled events of a claim_head batch and give the
@@ -268,47 +273,32 @@ class Claimer:
         ids = _sorted_ids(done)
 
         def work(cursor: Cursor) -> int:
-            deleted = self._settle(cursor, "ack", ids, None)
+            deleted = self._settle(cursor, "ack", ids)
             if release:
                 cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 
         return self._run(work)
 
-    def ack_in(self, cursor: Cursor, event_id: int, *, held: bool) -> None:
+    def ack_in(self, cursor: Cursor, event_id: int) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
-        cursor.execute(self._sql["ack"], (self._claimant(held), str(int(event_id))))
+        cursor.execute(self._sql["ack"], (str(int(event_id)),))
         cursor.fetchall()  # the block runs as its result is fetched
 
-    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool, *, held: bool) -> None:
-        """Record a failed attempt; ``held``: of a claim_head batch, whose claim
-        did not count the attempt."""
-        params = (
-            error[:MAX_ERROR_LENGTH],
-            int(held),
-            int(retry_in_seconds * 1000),
-            int(dead),
-            int(dead),
-            event_id,
-            self._claimant(held),
-        )
+    def fail(self, event_id: int, error: str, retry_in_seconds: float, dead: bool) -> None:
+        """Record a failed attempt (the claim did not count it), due again
+        after ``retry_in_seconds`` or ``dead``."""
+        params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), int(dead), event_id)
         self._run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
-    def release(self, event_ids: Iterable[int]) -> int:
-        """Give back claimed events that were never started."""
-        ids = _sorted_ids(event_ids)
-        return self._run(lambda cursor: self._settle(cursor, "release", ids, self.owner)) if ids else 0
-
-    def extend(self, event_ids: Iterable[int]) -> int:
-        """Renew the leases of events still being handled and of the
-        subscriptions whose batch we hold (the heartbeat)."""
-
-        ids = _sorted_ids(event_ids)
+    def extend(self) -> int:
+        """Renew every lease we hold, spans and streams (the heartbeat);
+        returns how many."""
 
         def work(cursor: Cursor) -> int:
-            renewed = self._settle(cursor, "extend", ids, self.lease_ms, self.owner)
             cursor.execute(self._sql["extend_leases"], (self.lease_ms, self.owner))
-            return renewed + int(cursor.affected_rows)
+            ((renewed,),) = cursor.fetchall()
+            return int(renewed)
 
         return self._run(work)
 

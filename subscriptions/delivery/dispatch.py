@@ -34,13 +34,14 @@ class Dispatcher:
 
     def __init__(self, options: ListenOptions, owner: str, metrics: Metrics, batch: BatchSize) -> None:
         self.options = options
-        # Ordered claims hold the stream's lease rather than each event.
         self.in_order = options.mode == ORDERED
         self.metrics = metrics
         self.batch = batch
         self.in_flight = InFlight()
         self.pool = HandlerPool(options, owner)
         self._handled: list[int] = []  # handled, to be acknowledged together
+        self._unsettled: dict[int, int] = {}  # events not settled yet per span
+        self._settled_spans: list[int] = []  # to give back with the next acknowledgement
         self._retries_due: list[float] = []  # a heap of monotonic times
 
     # -- state ----------------------------------------------------------------------
@@ -103,6 +104,9 @@ class Dispatcher:
         jobs = min(len(places), max(math.ceil(len(events) / batch), min(len(events), self.pool.idle_count())))
         share = math.ceil(len(events) / jobs)
         self.in_flight.add(event.id for event in events)
+        for event in events:
+            if event.span is not None:
+                self._unsettled[event.span] = self._unsettled.get(event.span, 0) + 1
         for index, slot in enumerate(places[:jobs]):
             part = events[index * share : (index + 1) * share]
             if part:
@@ -140,13 +144,15 @@ class Dispatcher:
         return self._cut_off_overdue(claimer) or ended
 
     def acknowledge(self, claimer: Claimer) -> None:
-        """Acknowledge the handled events, together."""
-        if not self._handled:
+        """Acknowledge the handled events, together, and give back the spans
+        whose events are all settled."""
+        if not self._handled and not self._settled_spans:
             return
         ids, self._handled = self._handled, []
+        spans, self._settled_spans = self._settled_spans, []
         try:
             with self.in_flight.settling:
-                claimer.ack(ids)
+                claimer.ack(ids, spans)
         finally:
             # Also when settling failed: the heartbeat would otherwise renew
             # these leases for ever and the events would never come back.
@@ -160,13 +166,12 @@ class Dispatcher:
             assert job is not None
             event = job.events[slot.reported]
             slot.reported += 1
-            if not report.started:
-                slot.unstarted.append(event.id)
-            elif report.error is None:
-                slot.done.append(event.id)
-                self._observe(event, "handled", report.seconds)
-            else:
-                self._failed(claimer, event, report.error, report.seconds)
+            if report.started:  # one that is not is pending again once its job is settled
+                if report.error is None:
+                    slot.done.append(event.id)
+                    self._observe(event, "handled", report.seconds)
+                else:
+                    self._failed(claimer, event, report.error, report.seconds)
             if slot.reported == len(job.events):
                 self._finish(claimer, slot)
                 ended = True
@@ -220,27 +225,36 @@ class Dispatcher:
 
     def _finish(self, claimer: Claimer, slot: Slot) -> None:
         """Settle the slot's running job, ended or cut off: handled events
-        (acknowledged now in order, later with others in parallel), events
-        not started (pending again); the process goes on with its next job."""
+        are acknowledged (now in order, later with others in parallel);
+        events not started are pending again once their lease is given back
+        (the attempt did not happen); the process goes on with its next job."""
         job, stream = slot.job, slot.stream
         assert job is not None
         ids = [event.id for event in job.events]
-        unstarted = slot.unstarted + ids[slot.reported :]
         done = slot.done
         slot.next_job()
+        if stream is None:
+            self._handled.extend(done)
+            self.in_flight.discard(set(ids) - set(done))
+            self._settle_spans(job.events)
+            return
         try:
             with self.in_flight.settling:
-                if stream is not None:
-                    followed = any(queued == stream for _, queued in slot.queue)
-                    claimer.settle_head(stream, done, release=not followed)
-                else:
-                    claimer.release(unstarted)
+                followed = any(queued == stream for _, queued in slot.queue)
+                claimer.settle_head(stream, done, release=not followed)
         finally:
-            if stream is None:
-                self._handled.extend(done)
-                self.in_flight.discard(set(ids) - set(done))
-            else:
-                self.in_flight.discard(ids)
+            self.in_flight.discard(ids)
+
+    def _settle_spans(self, events: list[Claimed]) -> None:
+        """Count ``events`` settled in their spans; a span with none left is
+        given back with the next acknowledgement, after its handled events."""
+        for event in events:
+            if event.span is None:
+                continue
+            self._unsettled[event.span] -= 1
+            if not self._unsettled[event.span]:
+                del self._unsettled[event.span]
+                self._settled_spans.append(event.span)
 
     def _failed(self, claimer: Claimer, event: Claimed, error: str, seconds: float) -> None:
         """Record a failed attempt, retried by backoff or dead."""
@@ -249,7 +263,7 @@ class Dispatcher:
         if not dead:
             heapq.heappush(self._retries_due, time.monotonic() + delay + RETRY_MARGIN)
         with self.in_flight.settling:
-            claimer.fail(event.id, error, delay, dead, held=self.in_order)
+            claimer.fail(event.id, error, delay, dead)
         self._observe(event, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)

@@ -46,7 +46,7 @@ REPORT_EVERY = 0.05
 @dataclass(frozen=True)
 class Job:
     """Events for one handler process. ``in_order``: an ordered stream's
-    events, held under the stream's lease: the first failure ends the job.
+    events: the first failure ends the job.
     ``follows``: the next batch of the stream of the job before it, claimed
     while that one ran; it runs only if that one ran to its end."""
 
@@ -158,7 +158,7 @@ class Runner:
             if why is not None:
                 yield Call(_raising(why), [event])
             elif handler.transactional:
-                yield Call(self._transactions().wrap(handler, job.in_order), [event])
+                yield Call(self._transactions().wrap(handler), [event])
             else:
                 yield Call(handler.function, [event])
         if batch is not None:

@@ -1,5 +1,6 @@
-"""Renewing the leases of claimed, unsettled events while their handlers run,
-so a healthy handler that runs longer than ``--lease`` is not delivered twice."""
+"""Renewing a worker's leases (its spans and stream batches) while claimed
+events are unsettled, so a healthy handler that runs longer than ``--lease``
+is not delivered twice."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ log = logging.getLogger("subs.worker")
 class InFlight:
     """The events a worker has claimed and not settled yet.
 
-    ``settling`` serialises writes to them: settling and the heartbeat's
-    renewal write the same rows on two attachments, and with --batch > 1 they
-    could deadlock (which the engine breaks only after DeadlockTimeout, 10 s).
+    ``settling`` serialises writes to their leases: settling and the
+    heartbeat's renewal write the same rows on two attachments and could
+    deadlock (which the engine breaks only after DeadlockTimeout, 10 s).
     """
 
     def __init__(self) -> None:
@@ -39,31 +40,30 @@ class InFlight:
         with self._lock:
             self._ids.difference_update(ids)
 
-    def sorted(self) -> list[int]:
+    def __bool__(self) -> bool:
         with self._lock:
-            return sorted(self._ids)
+            return bool(self._ids)
 
 
 def renew_leases(
     in_flight: InFlight, attach: Callable[[], Database], owner: str, lease: float, stop: threading.Event
 ) -> None:
-    """Heartbeat thread: every third of the lease, renew the leases of every
-    event in flight (running or waiting in its batch), on an attachment of
-    its own; ends when ``stop`` is set."""
+    """Heartbeat thread: every third of the lease, while any event is in
+    flight (running or waiting in its batch), renew every lease ``owner``
+    holds, on an attachment of its own; ends when ``stop`` is set."""
     claimer: Claimer | None = None
     try:
         claimer = Claimer(attach(), owner, lease)
     except (DatabaseError, SubsError) as exc:
         log.warning("could not connect for lease renewal: %s", first_line(exc))
     while not stop.wait(lease / 3):
-        if not in_flight.sorted():
+        if not in_flight:
             continue
         try:
             claimer = claimer or Claimer(attach(), owner, lease)
             with in_flight.settling:
-                ids = in_flight.sorted()
-                if ids:
-                    claimer.extend(ids)
+                if in_flight:
+                    claimer.extend()
         except (DatabaseError, SubsError) as exc:
             log.warning("could not renew leases: %s", first_line(exc))
             claimer = None

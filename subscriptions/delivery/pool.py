@@ -44,7 +44,6 @@ class Slot:
     reported: int = 0  # the running job's events reported so far, in order
     heard: float = 0.0  # monotonic time of the last report (or of the job's start)
     done: list[int] = field(default_factory=list)  # the running job's handled events
-    unstarted: list[int] = field(default_factory=list)  # its events reported as not started
 
     @property
     def job(self) -> Job | None:
@@ -64,7 +63,7 @@ class Slot:
     def next_job(self) -> None:
         """The running job is settled: the process goes on with the next one, if any."""
         self.queue.popleft()
-        self.reported, self.done, self.unstarted, self.heard = 0, [], [], time.monotonic()
+        self.reported, self.done, self.heard = 0, [], time.monotonic()
 
 
 class HandlerPool:
@@ -173,7 +172,7 @@ class HandlerPool:
         fresh = self._spawn()
         slot.process, slot.connection, slot.ready = fresh.process, fresh.connection, False
         slot.queue.clear()
-        slot.reported, slot.done, slot.unstarted = 0, [], []
+        slot.reported, slot.done = 0, []
 
     def close(self) -> None:
         """Let every process finish and leave; kill those that do not in time."""

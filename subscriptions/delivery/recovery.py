@@ -17,11 +17,8 @@ from subscriptions.db.connection import Database, nowait_tpb
 from subscriptions.db.errors import is_conflict
 
 from .claims import MAX_ERROR_LENGTH
-from .options import DEAD, ListenOptions
 
 log = logging.getLogger("subs.listener")
-# Attempts allowed when --on-failure block retries for ever.
-UNLIMITED = 2**31 - 1
 
 
 def exit_reason(exitcode: int | None, process: str = "handler process") -> str:
@@ -30,18 +27,12 @@ def exit_reason(exitcode: int | None, process: str = "handler process") -> str:
     return f"{process} exited with code {exitcode}"
 
 
-def fail_abandoned(db: Database, owner: str, reason: str, options: ListenOptions) -> bool:
-    """Record the failed attempt of everything ``owner`` held; False when a
-    transaction of the dead worker still holds some of it (its attachment is
-    not gone yet): try again a moment later."""
-    attempts = options.max_attempts if options.on_failure == DEAD else UNLIMITED
-    params = (
-        owner,
-        reason[:MAX_ERROR_LENGTH],
-        int(options.backoff_min * 1000),
-        int(options.backoff_max * 1000),
-        attempts,
-    )
+def fail_abandoned(db: Database, owner: str, reason: str) -> bool:
+    """Record ``reason`` on everything ``owner`` held and end its leases, so
+    the next claim hands those events out again with the attempt counted;
+    False when a transaction of the dead worker still holds some of it (its
+    attachment is not gone yet): try again a moment later."""
+    params = (owner, reason[:MAX_ERROR_LENGTH])
     try:
         with db.transaction(nowait_tpb()) as cursor:
             cursor.execute(sql.load("claims")["fail_abandoned"], params)

@@ -84,7 +84,6 @@ def prepare(options: ListenOptions) -> None:
         reaper.reap(db)  # the workers of a listener that was killed
         rebuild_claim_index(db)
         targets = load_targets(db)
-        strategy = "SKIP LOCKED" if db.supports_skip_locked else "conflict-free fallback"
         version = ".".join(map(str, db.engine_version))
     if orphans:
         log.info("deleted %s event(s) of purged subscriptions", orphans)
@@ -99,10 +98,9 @@ def prepare(options: ListenOptions) -> None:
             )
     served = sorted(options.tags or {t.tag for t in targets if t.tag in handlers})
     log.info(
-        "listening on %s (Firebird %s, %s) in %s mode with %s worker(s) for tags: %s",
+        "listening on %s (Firebird %s) in %s mode with %s worker(s) for tags: %s",
         options.settings.dsn,
         version,
-        strategy,
         options.mode,
         options.workers,
         ", ".join(served) or "(none yet)",

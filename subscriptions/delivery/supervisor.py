@@ -103,7 +103,7 @@ class Supervisor:
                         unsettled = [
                             (owner, reason)
                             for owner, reason in unsettled
-                            if not recovery.fail_abandoned(db, owner, reason, self.options)
+                            if not recovery.fail_abandoned(db, owner, reason)
                         ]
                     if sample:
                         next_sample = now + stats.BACKLOG_INTERVAL

@@ -29,10 +29,9 @@ class Transactions:
         self.owner = owner
         self.claimer: Claimer | None = None
 
-    def wrap(self, handler: Handler, held: bool) -> Callable[[Event], object]:
+    def wrap(self, handler: Handler) -> Callable[[Event], object]:
         """The handler with its writes and the event's acknowledgement in one
-        transaction: both commit, or neither does. ``held``: the event is
-        held under its stream's lease (ordered mode), not claimed by itself."""
+        transaction: both commit, or neither does."""
 
         def run_in_transaction(event: Event) -> object:
             claimer = self._claimer()
@@ -42,7 +41,7 @@ class Transactions:
                     result = invoke(handler.function, event)
                 finally:
                     event.cursor = None
-                claimer.ack_in(cursor, event.id, held=held)
+                claimer.ack_in(cursor, event.id)
             return result
 
         return run_in_transaction

@@ -79,9 +79,9 @@ class LoggedEvent:
     created_at: dt.datetime
     next_attempt_at: dt.datetime | None
     dead_at: dt.datetime | None
-    claimed_by: str | None
+    held_by: str | None
     undecodable: str | None = None
-    claim_expires_at: dt.datetime | None = field(default=None)
+    held_until: dt.datetime | None = field(default=None)
 
     @property
     def changed(self) -> set[str]:
@@ -174,9 +174,9 @@ def _minute(row: Sequence[Any]) -> tuple[int, int, int, int | None]:
     return int(handled), int(failed), int(dead), None if backlog is None else int(backlog)
 
 
-def _event(row: Sequence[Any], claim_expires_at: dt.datetime | None = None) -> LoggedEvent:
+def _event(row: Sequence[Any], held_until: dt.datetime | None = None) -> LoggedEvent:
     event_id, sub_id, pk_row, old, long_old, new, long_new, state, held, attempts, error = row[:11]
-    created_at, next_attempt_at, dead_at, claimed_by = row[11:15]
+    created_at, next_attempt_at, dead_at, held_by = row[11:15]
     undecodable = None
     try:
         pk = decode(pk_row) or {}
@@ -197,9 +197,9 @@ def _event(row: Sequence[Any], claim_expires_at: dt.datetime | None = None) -> L
         created_at=created_at,
         next_attempt_at=next_attempt_at,
         dead_at=dead_at,
-        claimed_by=claimed_by,
+        held_by=held_by,
         undecodable=undecodable,
-        claim_expires_at=claim_expires_at,
+        held_until=held_until,
     )
 
 

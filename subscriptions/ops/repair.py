@@ -72,6 +72,7 @@ def purge(db: Database, older_than: float) -> tuple[int, int]:
         cursor.execute(statements["purge_removed_subscriptions"])
         subscriptions = cursor.affected_rows
         cursor.execute(statements["purge_orphan_leases"])
+        cursor.execute(statements["purge_orphan_spans"])
         return events, subscriptions
 
     return db.run(work)
