@@ -153,10 +153,13 @@ class Dispatcher:
         try:
             with self.in_flight.settling:
                 claimer.ack(ids, spans)
-        finally:
-            # Also when settling failed: the heartbeat would otherwise renew
-            # these leases for ever and the events would never come back.
-            self.in_flight.discard(ids)
+        except BaseException:
+            # Tried again with the next acknowledgement (a claimer that
+            # reconnects keeps its dispatcher). Dropped, a span would stay:
+            # the heartbeat renews every lease its holder has.
+            self._handled[:0], self._settled_spans[:0] = ids, spans
+            raise
+        self.in_flight.discard(ids)
 
     def _record(self, claimer: Claimer, slot: Slot, reports: list[Report]) -> bool:
         """Take in a slot's reports, in order; True if a job ended with them."""
