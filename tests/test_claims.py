@@ -5,10 +5,12 @@ status see each other."""
 from __future__ import annotations
 
 import json
+import time
 
 from subscriptions.db.connection import Database
 from subscriptions.delivery.claimed import Claimed
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
+from subscriptions.delivery.worker import HeadsProbe
 
 from conftest import Subs, execute, query, wait_until
 from listening import insert
@@ -338,3 +340,34 @@ def test_parallel_claims_take_turns_among_subscriptions(items):
         claimer = Claimer(db, "a:1", 30)
         assert {e.action for e in claimer.claim(targets, 3)} == {"I"}
         assert {e.action for e in claimer.claim(targets, 3)} == {"U"}
+
+
+class CountingClaimer(Claimer):
+    probes = 0
+
+    def ready(self) -> set[int]:
+        self.probes += 1
+        return super().ready()
+
+
+def test_idle_streams_are_probed_again_only_when_something_may_have_changed(items):
+    """Ordered mode probes the heads of its idle streams again when the set
+    of idle streams changes, after a notification or a due retry (forget),
+    or when the last probe is PROBE_EVERY old; otherwise it goes by the last."""
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")
+    with Database(items) as db:
+        claimer = CountingClaimer(db, "a:1", 30)
+        probe = HeadsProbe(every=0.5)
+        both, others = frozenset({("ITEMS", "rec"), ("OTHERS", "rec")}), frozenset({("OTHERS", "rec")})
+        assert probe.ready(claimer, both) == set() and claimer.probes == 1
+        insert(items, 1, 1)
+        assert probe.ready(claimer, both) == set() and claimer.probes == 1, "went by the last probe"
+        probe.forget()
+        assert probe.ready(claimer, both) == {1} and claimer.probes == 2
+        execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
+        assert probe.ready(claimer, others) == {1, 4} and claimer.probes == 3, "the idle set changed"
+        assert probe.ready(claimer, frozenset()) == set() and claimer.probes == 3, "nothing idle: no probe"
+        time.sleep(0.5)
+        probe.ready(claimer, others)
+        assert claimer.probes == 4, "the last probe was too old"

@@ -44,7 +44,7 @@ from subscriptions.plugins import collect_handlers, plugin_manager
 
 from . import lifeline, reaper
 from .batching import BatchSize
-from .claims import Claimer, Target, load_targets, streams
+from .claims import Claimer, Stream, Target, load_targets, streams
 from .dispatch import Dispatcher
 from .heartbeat import renew_leases
 from .metrics import Metrics
@@ -64,6 +64,36 @@ CONFLICT_PAUSE = 0.05
 NOTIFICATION_SLICE = 0.005
 WAIT_SLICE = 0.5
 WAIT_FOR_START = 1.0
+# Ordered mode: how long the heads of idle streams may go unprobed while
+# other streams keep the claimer busy (see Worker._heads_ready).
+PROBE_EVERY = 0.1
+
+
+class HeadsProbe:
+    """Ordered mode: the subscriptions of idle streams whose first event is
+    claimable (Claimer.ready). A probe costs an index probe per subscription
+    (0.75 ms with 60 on the Firebird 3 server, 7 % of a 100-event batch), and
+    a busy stream ends a claim round after each of its batches: so idle
+    streams are probed again only when the idle set changed, after
+    ``forget`` (a notification came, a retry fell due), or ``every`` seconds
+    later."""
+
+    def __init__(self, every: float = PROBE_EVERY) -> None:
+        self.every = every
+        self.found: set[int] = set()
+        self.probed: tuple[frozenset[Stream], float] | None = None  # the idle streams probed, and when
+
+    def forget(self) -> None:
+        self.probed = None
+
+    def ready(self, claimer: Claimer, idle: frozenset[Stream]) -> set[int]:
+        if not idle:
+            return set()
+        now = time.monotonic()
+        if self.probed is None or self.probed[0] != idle or now - self.probed[1] >= self.every:
+            self.found = claimer.ready()
+            self.probed = (idle, now)
+        return self.found
 
 
 class Worker:
@@ -83,6 +113,7 @@ class Worker:
         self.metrics = Metrics()
         self.batch = BatchSize(options.batch)
         self.dispatcher = Dispatcher(options, self.owner, self.metrics, self.batch)
+        self.heads = HeadsProbe()
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
 
@@ -230,12 +261,15 @@ class Worker:
         a notification, and when a retry falls due."""
         worked, more = False, True
         in_turn = self.dispatcher.in_order or self.options.key_order
+        self.heads.forget()
         while True:
             self._stamp()
             if self.stop.is_set() or not self.targets:
                 more = False
             elif not more:
                 more = self.notifications.arrived() or self.dispatcher.retry_due()
+                if more:
+                    self.heads.forget()
             if more and self.dispatcher.free_slots():
                 if self.options.key_order:  # what it handled holds back later events of its rows
                     self.dispatcher.acknowledge(claimer)
@@ -280,7 +314,7 @@ class Worker:
         by_key = streams(self.targets.values())
         busy = self.dispatcher.busy_streams()
         idle = {key: stream for key, stream in by_key.items() if key not in busy}
-        ready = claimer.ready() if idle else set()
+        ready = self.heads.ready(claimer, frozenset(idle))
         claimed, left = False, False
         for key, stream in idle.items():
             if not any(target.sub_id in ready for target in stream):
