@@ -70,19 +70,21 @@ def _restart_after_kill(ctx: Context, engine: Engine) -> float:
         insert_sleepy_items(settings, [LONG_SLEEP_MS])
         args = ("--mode", "parallel", "--workers", "1", "--poll", "30")
         with Listener(engine, settings, ctx.workdir, *args) as listener, Database(settings) as db:
-            _wait_for(lambda: _attempts(db) == 1, "the event to be claimed")
+            _wait_for(lambda: _last_span(db) > 0, "the event to be claimed")
+            first = _last_span(db)
             (handler,) = _handler_processes(listener.pid)
             time.sleep(0.5)  # in its handler by now
             killed = time.monotonic()
             os.kill(handler, signal.SIGKILL)
-            _wait_for(lambda: _attempts(db) >= 2, "the event to be claimed again")
+            _wait_for(lambda: _last_span(db) > first, "the event to be claimed again")
             return time.monotonic() - killed
     finally:
         engine.drop(settings)
 
 
-def _attempts(db: Database) -> int:
-    return int(db.fetch_value("SELECT COALESCE(MAX(ATTEMPTS), 0) FROM EVENT_LOG"))
+def _last_span(db: Database) -> int:
+    """The newest lease a parallel claim took (EVENT_SPAN), 0 before the first."""
+    return int(db.fetch_value("SELECT COALESCE(MAX(SPAN_ID), 0) FROM EVENT_SPAN"))
 
 
 def _handler_processes(listener: int) -> list[int]:

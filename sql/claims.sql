@@ -41,7 +41,7 @@ VALUES (:SPAN_ID, :THE_SUB, :RUN_FIRST, :RUN_LAST, :OWNER, DATEADD(:LEASE_MS MIL
 
 -- name: claim
 -- Parallel mode: up to MAX_ROWS available events of the subscriptions in
--- SUBS (comma-separated ids, taken in that order), each in log order. No
+-- IDS (comma-separated ids, taken in that order), each in log order. No
 -- event is written: each run of a subscription's events handed out (every
 -- live event from its first to its last) becomes one EVENT_SPAN row, the
 -- consumer's lease on them, and every event comes with its run's SPAN_ID
@@ -347,6 +347,10 @@ END;
 -- Takes the first id off IDS (which ends with a comma) into ID.
 ID = CAST(LEFT(IDS, POSITION(',' IN IDS) - 1) AS BIGINT);
 IDS = SUBSTRING(IDS FROM POSITION(',' IN IDS) + 1);
+
+-- ack and release_spans act on a batch: IDS is its event (span) ids as one
+-- comma-separated parameter (binding a hundred parameters cost the client
+-- more than the engine's work).
 
 -- name: ack
 EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)

@@ -258,7 +258,7 @@ class Claimer:
         ids, released = _sorted_ids(event_ids), _sorted_ids(spans)
 
         def work(cursor: Cursor) -> int:
-            deleted = self._settle(cursor, "ack", ids)
+            deleted = self._delete(cursor, ids)
             for start in range(0, len(released), MAX_IDS):
                 cursor.execute(self._sql["release_spans"], (self.owner, _id_list(released[start : start + MAX_IDS])))
             return deleted
@@ -273,7 +273,7 @@ class Claimer:
         ids = _sorted_ids(done)
 
         def work(cursor: Cursor) -> int:
-            deleted = self._settle(cursor, "ack", ids)
+            deleted = self._delete(cursor, ids)
             if release:
                 cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
@@ -302,14 +302,13 @@ class Claimer:
 
         return self._run(work)
 
-    def _settle(self, cursor: Cursor, name: str, ids: list[int], *params: object) -> int:
-        """Run block ``name`` over ``ids`` (its last parameter, as one list),
-        MAX_IDS at a time; returns how many events it changed."""
+    def _delete(self, cursor: Cursor, ids: list[int]) -> int:
+        """Delete the events ``ids``, MAX_IDS per statement; returns how many were."""
         done = 0
         for start in range(0, len(ids), MAX_IDS):
-            cursor.execute(self._sql[name], (*params, _id_list(ids[start : start + MAX_IDS])))
-            ((changed,),) = cursor.fetchall()
-            done += int(changed)
+            cursor.execute(self._sql["ack"], (_id_list(ids[start : start + MAX_IDS]),))
+            ((deleted,),) = cursor.fetchall()
+            done += int(deleted)
         return done
 
 
