@@ -307,14 +307,16 @@ END;
 
 -- name: claim_next
 -- Ordered mode: the batch that follows the one the caller holds (AFTER is
--- its last event, HOLDING how many events it has), claimed while that one
--- runs, so the stream's handler process goes on without waiting for the
--- claimer. It is taken as claim_head takes a batch (the same stop rules),
--- only under the caller's lease on every subscription of the stream, and
--- only when the stream's live events up to AFTER are the HOLDING ones in
--- hand: an event that committed late with an id among them must come
--- first, so it is left to claim_head once the batch is settled. The lease
--- then reaches to the new batch's last event and is renewed.
+-- its last event, HOLDING how many of the stream's events up to AFTER the
+-- caller holds: that batch and earlier ones handled but not deleted yet),
+-- claimed while that one runs, so the stream's handler process goes on
+-- without waiting for the claimer. It is taken as claim_head takes a batch
+-- (the same stop rules), only under the caller's lease on every
+-- subscription of the stream, and only when the stream's live events up to
+-- AFTER are the HOLDING ones in hand: an event that committed late with an
+-- id among them must come first, so it is left to claim_head once the
+-- batch is settled. The lease then reaches to the new batch's last event
+-- and is renewed.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
                STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?,
                AFTER BIGINT = ?, HOLDING INTEGER = ?)

@@ -213,6 +213,25 @@ def test_the_next_batch_is_claimed_under_the_same_lease_while_the_first_runs(ite
         assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL") == [(0,)]
 
 
+def test_handled_batches_are_deleted_together_when_the_lease_is_given_back(items):
+    """A busy stream's handled batches stay in the log, under its lease,
+    until a later settle deletes them together: claim_next counts them as
+    held, and nobody else takes them meanwhile."""
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        first = a.claim_head([target], 2)
+        second = a.claim_next([target], first[-1].id, len(first), 2)
+        assert a.claim_next([target], second[-1].id, len(second), 2) == [], "the first batch is still live"
+        third = a.claim_next([target], second[-1].id, len(first) + len(second), 2)
+        assert [key(e) for e in third] == [5, 6]
+        assert b.claim({target.sub_id: target}, 10) == [] and b.claim_head([target], 10) == []
+        handled = [e.id for e in first + second + third]
+        assert a.settle_head(stream_of(target), handled) == 6
+        assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL") == [(0,)]
+        assert b.claim_head([target], 10) == [], "all six were deleted"
+
+
 def test_no_next_batch_past_an_event_that_committed_late_among_the_held_ones(items):
     """An event whose id lies among those of the batch in hand but that
     committed after its claim comes before any later batch: claim_next

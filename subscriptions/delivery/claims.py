@@ -38,9 +38,9 @@ from subscriptions.db.retry import Backoff, retrying
 from .claimed import Claimed
 
 MAX_ERROR_LENGTH = 2000
-# Event ids per settling statement: what its list of ids holds. The list is a VARCHAR(32000) parameter, but an
-# attachment in UTF8 passes at most 8,191 characters (32,765 bytes / 4);
-# BIGINTs have up to 19 digits and a comma.
+# Ids per settling statement: what its list of ids holds. The list is a
+# VARCHAR(32000) parameter, but an attachment in UTF8 passes at most 8,191
+# characters (32,765 bytes / 4); BIGINTs have up to 19 digits and a comma.
 MAX_IDS = 400
 # Prepared statements kept per attachment (claims: one per set of targets seen).
 MAX_PREPARED = 32
@@ -224,11 +224,13 @@ class Claimer:
 
     def claim_next(self, stream: Sequence[Target], after: int, holding: int, limit: int) -> list[Claimed]:
         """The batch that follows one we hold of the stream (``after`` is its
-        last event, ``holding`` how many events it has), claimed while it
-        runs and held under the same lease; nothing if the stream's log up
-        to ``after`` is no longer just those events (one committed late among
-        them goes first, through claim_head). Settle the held batches in
-        order with ``settle_head``, releasing the lease with the last."""
+        last event, ``holding`` how many of the stream's events up to it we
+        hold: that batch and earlier ones handled but not deleted yet),
+        claimed while it runs and held under the same lease; nothing if the
+        stream's log up to ``after`` is no longer just those events (one
+        committed late among them goes first, through claim_head). Settle
+        the held batches with ``settle_head``, releasing the lease with the
+        last."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
 
@@ -259,8 +261,8 @@ class Claimer:
 
         def work(cursor: Cursor) -> int:
             deleted = self._delete(cursor, ids)
-            for start in range(0, len(released), MAX_IDS):
-                cursor.execute(self._sql["release_spans"], (self.owner, _id_list(released[start : start + MAX_IDS])))
+            for chunk in _id_lists(released):
+                cursor.execute(self._sql["release_spans"], (self.owner, chunk))
             return deleted
 
         return self._run(work) if ids or released else 0
@@ -305,8 +307,8 @@ class Claimer:
     def _delete(self, cursor: Cursor, ids: list[int]) -> int:
         """Delete the events ``ids``, MAX_IDS per statement; returns how many were."""
         done = 0
-        for start in range(0, len(ids), MAX_IDS):
-            cursor.execute(self._sql["ack"], (_id_list(ids[start : start + MAX_IDS]),))
+        for chunk in _id_lists(ids):
+            cursor.execute(self._sql["ack"], (chunk,))
             ((deleted,),) = cursor.fetchall()
             done += int(deleted)
         return done
@@ -328,6 +330,12 @@ def database_id(db: Database) -> str:
 def _id_list(event_ids: Iterable[int]) -> str:
     """Event ids as the comma-separated list the settling blocks take."""
     return ",".join(str(int(event_id)) for event_id in event_ids)
+
+
+def _id_lists(ids: Sequence[int]) -> Iterator[str]:
+    """``ids`` as id lists of at most MAX_IDS each, one per settling statement."""
+    for start in range(0, len(ids), MAX_IDS):
+        yield _id_list(ids[start : start + MAX_IDS])
 
 
 def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:

@@ -40,6 +40,9 @@ class Dispatcher:
         self.in_flight = InFlight()
         self.pool = HandlerPool(options, owner)
         self._handled: list[int] = []  # handled, to be acknowledged together
+        # Ordered mode: handled events of the stream batches settled so far
+        # under a lease that goes on (a next batch runs), deleted together.
+        self._settled_heads: dict[Stream, list[int]] = {}
         self._unsettled: dict[int, int] = {}  # events not settled yet per span
         self._settled_spans: list[int] = []  # to give back with the next acknowledgement
         self._retries_due: list[float] = []  # a heap of monotonic times
@@ -60,12 +63,14 @@ class Dispatcher:
     def busy_streams(self) -> set[Stream]:
         return {stream for slot in self.pool.busy() for _, stream in slot.queue if stream is not None}
 
-    def running_streams(self) -> list[tuple[Stream, Slot, list[Claimed]]]:
+    def running_streams(self) -> list[tuple[Stream, Slot, list[Claimed], int]]:
         """Ordered streams whose batch runs with nothing queued after it and
-        no event failed so far, with its slot and events: their next batch
-        can be claimed while it runs (Claimer.claim_next)."""
+        no event failed so far, with its slot, its events and how many
+        events of the stream up to its last are in hand (it and the handled
+        ones not deleted yet): their next batch can be claimed while it runs
+        (Claimer.claim_next)."""
         return [
-            (slot.stream, slot, slot.job.events)
+            (slot.stream, slot, slot.job.events, len(slot.job.events) + len(self._settled_heads.get(slot.stream, ())))
             for slot in self.pool.busy()
             if slot.job is not None and slot.stream is not None
             if len(slot.queue) == 1 and len(slot.done) == slot.reported
@@ -228,9 +233,12 @@ class Dispatcher:
 
     def _finish(self, claimer: Claimer, slot: Slot) -> None:
         """Settle the slot's running job, ended or cut off: handled events
-        are acknowledged (now in order, later with others in parallel);
-        events not started are pending again once their lease is given back
-        (the attempt did not happen); the process goes on with its next job."""
+        are acknowledged together (in parallel mode with others; in ordered
+        mode with the stream's earlier batches once its lease is given
+        back or ACK_EVERY gathered, so a busy stream commits a settle per
+        few batches, not per batch); events not started are pending again
+        once their lease is given back (the attempt did not happen); the
+        process goes on with its next job."""
         job, stream = slot.job, slot.stream
         assert job is not None
         ids = [event.id for event in job.events]
@@ -241,10 +249,15 @@ class Dispatcher:
             self.in_flight.discard(set(ids) - set(done))
             self._settle_spans(job.events)
             return
+        handled = self._settled_heads.pop(stream, []) + done
+        followed = any(queued == stream for _, queued in slot.queue)
+        if followed and len(handled) < ACK_EVERY:
+            self._settled_heads[stream] = handled
+            self.in_flight.discard(ids)
+            return
         try:
             with self.in_flight.settling:
-                followed = any(queued == stream for _, queued in slot.queue)
-                claimer.settle_head(stream, done, release=not followed)
+                claimer.settle_head(stream, handled, release=not followed)
         finally:
             self.in_flight.discard(ids)
 

@@ -326,11 +326,11 @@ class Worker:
             if events:
                 claimed = True
                 self.dispatcher.hand_stream(key, events)
-        for key, slot, running in self.dispatcher.running_streams():
+        for key, slot, running, holding in self.dispatcher.running_streams():
             limit = self.batch.size([key[1]])
             if len(running) < limit or key not in by_key or self.stop.is_set():
                 continue
-            events = claimer.claim_next(by_key[key], running[-1].id, len(running), limit)
+            events = claimer.claim_next(by_key[key], running[-1].id, holding, limit)
             if events:
                 claimed = True
                 self.dispatcher.hand_stream(key, events, after=slot)
