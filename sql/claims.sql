@@ -73,6 +73,8 @@ DECLARE HELD_LAST BIGINT;
 DECLARE GONE BIGINT;
 DECLARE GONE_FIRST BIGINT;
 DECLARE GONE_LAST BIGINT;
+DECLARE DUE BOOLEAN;
+DECLARE SKIP_TO BIGINT;  -- the last event of the span the walk is in
 BEGIN
     IDS = IDS || ',';
     WHILE (TAKEN < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
@@ -107,8 +109,10 @@ BEGIN
                 DELETE FROM EVENT_SPAN WHERE SPAN_ID = :GONE;
             END
             RUN_FIRST = NULL;
-            FOR SELECT E.EVENT_ID,
-                       (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
+            SKIP_TO = NULL;
+            FOR SELECT E.EVENT_ID, E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP,
+                       (:SKIP_TO IS NULL OR E.EVENT_ID > :SKIP_TO)
+                       AND (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
                        AND (:HELD_FIRST IS NULL OR E.EVENT_ID NOT BETWEEN :HELD_FIRST AND :HELD_LAST)
                        AND NOT {{in_span}}
                        AND (:KEY_ORDER IS NOT TRUE
@@ -119,7 +123,7 @@ BEGIN
                 FROM EVENT_LOG E
                 WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE
                 ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
-                INTO :CANDIDATE, :AVAILABLE
+                INTO :CANDIDATE, :DUE, :AVAILABLE
             DO
             BEGIN
                 IF (AVAILABLE) THEN
@@ -144,10 +148,19 @@ BEGIN
                     IF (TAKEN >= MAX_ROWS) THEN
                         LEAVE;
                 END
-                ELSE IF (RUN_FIRST IS NOT NULL) THEN
+                ELSE
                 BEGIN
-                    {{add_span}};
+                    IF (RUN_FIRST IS NOT NULL) THEN
+                        {{add_span}};
                     RUN_FIRST = NULL;
+                    -- Past the span the walk was in, a due event that is
+                    -- not available may be the first of another span in
+                    -- hand: the rest of it is then passed over without
+                    -- looking at the spans again for each event.
+                    IF (DUE AND (SKIP_TO IS NULL OR CANDIDATE > SKIP_TO)) THEN
+                        SKIP_TO = (SELECT FIRST 1 S.LAST_EVENT FROM EVENT_SPAN S
+                                   WHERE S.SUB_ID = :THE_SUB AND S.LAST_EVENT >= :CANDIDATE
+                                     AND S.FIRST_EVENT <= :CANDIDATE AND S.EXPIRES_AT > LOCALTIMESTAMP);
                 END
             END
             IF (RUN_FIRST IS NOT NULL) THEN
