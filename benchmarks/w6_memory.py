@@ -14,7 +14,7 @@ from .listen import SAFETY_LIMIT, Listener
 NAME = "W6"
 ENGINES = ("fb5",)
 CASE = "listener (all processes)"
-SAMPLE_EVERY = 0.25
+SAMPLE_EVERY = 0.1
 WARM_UP = 0.2  # of the handling time
 
 
