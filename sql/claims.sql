@@ -110,6 +110,8 @@ BEGIN
             END
             RUN_FIRST = NULL;
             SKIP_TO = NULL;
+            -- DUE is repeated inside AVAILABLE so that an event waiting for
+            -- its retry never costs the span probe.
             FOR SELECT E.EVENT_ID, E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP,
                        (:SKIP_TO IS NULL OR E.EVENT_ID > :SKIP_TO)
                        AND (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP)
