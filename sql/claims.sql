@@ -54,9 +54,14 @@ VALUES (:SPAN_ID, :THE_SUB, :RUN_FIRST, :RUN_LAST, :OWNER, DATEADD(:LEASE_MS MIL
 -- attempt counted. An event is available when it is due (not waiting for a
 -- retry), not in a span, not in the batch an ordered consumer holds and,
 -- with KEY_ORDER, when no earlier live event of its row (table, tag, key)
--- is in the log; any other live event ends a run.
+-- is in the log; any other live event ends a run. Each subscription's walk
+-- starts after its entry in AFTERS (a list as long as IDS; 0 from its
+-- first event): a claimer resuming where its last claim stopped passes
+-- neither the events it has in hand nor those acknowledged since (deleted
+-- rows the walk would collect as garbage).
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
-               KEY_ORDER BOOLEAN = ?, IDS VARCHAR(8000) CHARACTER SET ASCII = ?)
+               KEY_ORDER BOOLEAN = ?, IDS VARCHAR(8000) CHARACTER SET ASCII = ?,
+               AFTERS VARCHAR(8000) CHARACTER SET ASCII = ?)
 RETURNS ({{claimed_outputs}}, SPAN_ID BIGINT)
 AS
 DECLARE ID BIGINT;
@@ -75,12 +80,16 @@ DECLARE GONE_FIRST BIGINT;
 DECLARE GONE_LAST BIGINT;
 DECLARE DUE BOOLEAN;
 DECLARE SKIP_TO BIGINT;  -- the last event of the span the walk is in
+DECLARE AFTER BIGINT;
 BEGIN
     IDS = IDS || ',';
+    AFTERS = AFTERS || ',';
     WHILE (TAKEN < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
     BEGIN
         {{next_id}};
         THE_SUB = ID;
+        AFTER = CAST(LEFT(AFTERS, POSITION(',' IN AFTERS) - 1) AS BIGINT);
+        AFTERS = SUBSTRING(AFTERS FROM POSITION(',' IN AFTERS) + 1);
         LOCKED = FALSE;
         BUSY = FALSE;
         HELD_FIRST = NULL;
@@ -123,7 +132,7 @@ BEGIN
                                              AND EARLIER.EVENT_ID < E.EVENT_ID
                                              AND EARLIER.DEAD = FALSE))
                 FROM EVENT_LOG E
-                WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE
+                WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE AND E.EVENT_ID > :AFTER
                 ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
                 INTO :CANDIDATE, :DUE, :AVAILABLE
             DO

@@ -8,6 +8,7 @@ import json
 import time
 
 from subscriptions.db.connection import Database
+from subscriptions.delivery import claims
 from subscriptions.delivery.claimed import Claimed
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 from subscriptions.delivery.worker import HeadsProbe
@@ -359,6 +360,42 @@ def test_parallel_claims_take_turns_among_subscriptions(items):
         claimer = Claimer(db, "a:1", 30)
         assert {e.action for e in claimer.claim(targets, 3)} == {"I"}
         assert {e.action for e in claimer.claim(targets, 3)} == {"U"}
+
+
+def retry_later(settings, event_id: int, later: bool = True) -> None:
+    """Make an event wait for its retry for an hour, or be due again."""
+    due = "DATEADD(1 HOUR TO LOCALTIMESTAMP)" if later else "NULL"
+    execute(settings, f"UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = {due} WHERE EVENT_ID = ?", params=(event_id,))
+
+
+def test_a_parallel_claim_in_a_backlog_resumes_where_the_last_one_stopped(items, monkeypatch):
+    """After a full claim, a claim the caller lets resume starts after the
+    events claimed so far: an event that became available behind them (here
+    one whose retry fell due unnoticed) waits for a claim that walks from
+    the first event: one not allowed to resume, one after a short claim, or
+    the first once WALK_ALL_EVERY has passed."""
+    insert(items, 1, 7)  # events 1-7
+    retry_later(items, 1)
+    with Database(items) as db:
+        target = next(t for t in load_targets(db) if t.action == "I")
+        targets = {target.sub_id: target}
+        claimer = Claimer(db, "a:1", 30)
+        assert [e.id for e in claimer.claim(targets, 2, resume=True)] == [2, 3]
+        retry_later(items, 1, later=False)
+        assert [e.id for e in claimer.claim(targets, 2, resume=True)] == [4, 5]
+        assert [e.id for e in claimer.claim(targets, 2, resume=False)] == [1, 6]
+
+        retry_later(items, 7)
+        assert claimer.claim(targets, 1, resume=True) == [], "7 waits: the claim is short"
+        retry_later(items, 7, later=False)
+        assert [e.id for e in claimer.claim(targets, 1, resume=True)] == [7]
+
+        insert(items, 8, 2)  # events 8-9
+        retry_later(items, 8)
+        assert [e.id for e in claimer.claim(targets, 1, resume=True)] == [9]
+        retry_later(items, 8, later=False)
+        monkeypatch.setattr(claims, "WALK_ALL_EVERY", 0.0)
+        assert [e.id for e in claimer.claim(targets, 1, resume=True)] == [8]
 
 
 class CountingClaimer(Claimer):

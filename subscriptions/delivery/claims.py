@@ -23,6 +23,7 @@ per event cost more than the engine's work.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ MAX_IDS = 400
 MAX_PREPARED = 32
 # Tries to read or make the database's id while another claimer makes it.
 IDENTIFY_ATTEMPTS = 3
+# Seconds a parallel claimer may resume its walks where its claims stopped
+# before it walks each subscription from its first event again.
+WALK_ALL_EVERY = 1.0
 
 
 STREAM_HELD = "EVENT_STREAM_HELD"
@@ -93,6 +97,12 @@ class Claimer:
         self.key_order = key_order
         self.conflicts = 0
         self._turns = 0  # claims so far: where the next one starts
+        # Parallel claims: per subscription, the last event claimed by a walk
+        # that took every available event before it; whether the last claim
+        # took all it asked for; when the walks last started at the first event.
+        self._claimed_up_to: dict[int, int] = {}
+        self._last_claim_full = False
+        self._walked_all_at = -math.inf
         self._sql = sql.load("claims")
         self._prepared: dict[str, Statement] = {}
         # Set when the claim index was rebuilt under one of our statements:
@@ -177,26 +187,50 @@ class Claimer:
             self.conflicts += 1
             return []
 
-    def claim(self, targets: dict[int, Target], limit: int) -> list[Claimed]:
+    def claim(self, targets: dict[int, Target], limit: int, resume: bool = False) -> list[Claimed]:
         """Up to ``limit`` available events of ``targets``, each
         subscription's in log order, from one subscription after another,
         starting with the next one each time (no subscription waits behind
         another's backlog); with ``key_order``, only events with no earlier
         live event of their row. Each comes with its span; settle with
         ``ack``. A subscription another claimer holds is passed over and
-        counted in ``conflicts``."""
+        counted in ``conflicts``.
+
+        ``resume``: the caller knows of no event that became available
+        again behind its claims (no retry fell due, nothing was given
+        back). While it works through a backlog (its last claim was full),
+        each walk then starts after what its claims took, except once per
+        WALK_ALL_EVERY, when walks start at each subscription's first event
+        again and find what came back that the caller cannot know of (a
+        transaction that committed late with lower event ids, the spans of
+        a claimer that died or gave events back)."""
         sub_ids = sorted(targets)
         turn = self._turns % len(sub_ids) if sub_ids else 0
         self._turns += 1
+        order = sub_ids[turn:] + sub_ids[:turn]
+        walk_all = (
+            not resume
+            or self.key_order  # a handled event frees the later events of its row
+            or not self._last_claim_full
+            or time.monotonic() - self._walked_all_at >= WALK_ALL_EVERY
+        )
+        if walk_all:
+            self._walked_all_at = time.monotonic()
+            self._claimed_up_to.clear()
+        afters = [0 if walk_all else self._claimed_up_to.get(sub_id, 0) for sub_id in order]
 
         def runs(cursor: Cursor) -> list[tuple[Any, ...]]:
-            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids[turn:] + sub_ids[:turn]))
+            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(order), _id_list(afters))
             self._execute(cursor, self._sql["claim"], params)
             rows = _rows(cursor)
             self.conflicts += sum(1 for row in rows if row[0] is None)
             return [row for row in rows if row[0] is not None]
 
-        return self._claim(runs, targets)
+        claimed = self._claim(runs, targets)
+        self._last_claim_full = len(claimed) >= limit
+        for event in claimed:
+            self._claimed_up_to[event.subscription_id] = event.id
+        return claimed
 
     def ready(self) -> set[int]:
         """The subscriptions whose first live event could be claimed now:

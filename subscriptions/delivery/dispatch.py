@@ -46,6 +46,7 @@ class Dispatcher:
         self._unsettled: dict[int, int] = {}  # events not settled yet per span
         self._settled_spans: list[int] = []  # to give back with the next acknowledgement
         self._retries_due: list[float] = []  # a heap of monotonic times
+        self._came_back = False  # a parallel job settled with events not handled
 
     # -- state ----------------------------------------------------------------------
 
@@ -91,6 +92,14 @@ class Dispatcher:
             heapq.heappop(self._retries_due)
             due = True
         return due
+
+    def came_back(self) -> bool:
+        """Parallel mode: whether events handed out may be claimable again
+        since the last look (a job settled with events not handled: given
+        back or failed; or a retry fell due), so the next claim must walk
+        each subscription from its first event."""
+        came_back, self._came_back = self._came_back, False
+        return self.retry_due() or came_back
 
     def halt(self) -> None:
         """Start no further handler; running ones finish (the listener stops)."""
@@ -245,6 +254,7 @@ class Dispatcher:
         done = slot.done
         slot.next_job()
         if stream is None:
+            self._came_back = self._came_back or len(done) < len(ids)
             self._handled.extend(done)
             self.in_flight.discard(set(ids) - set(done))
             self._settle_spans(job.events)

@@ -300,7 +300,7 @@ class Worker:
         whether anything was claimed and whether it got all it asked for."""
         batch = self.batch.size({target.tag for target in self.targets.values()})
         wanted = batch * self.dispatcher.free_slots()
-        events = claimer.claim(self.targets, wanted)
+        events = claimer.claim(self.targets, wanted, resume=not self.dispatcher.came_back())
         if events:
             self.dispatcher.hand_out(events, batch)
         return bool(events), len(events) >= wanted
