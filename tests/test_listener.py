@@ -129,6 +129,26 @@ def test_parallel_workers_share_the_work_without_conflicts(items, tmp_path, list
     assert remaining(items) == 0
 
 
+def test_an_event_that_commits_late_behind_a_parallel_backlog_is_delivered(items, tmp_path, listeners):
+    """Parallel claims in a backlog resume where the last one stopped; an
+    event with a lower id that commits meanwhile is still handled (by a
+    claim that walks the whole log again)."""
+    from subscriptions.db.connection import Database
+
+    with Database(items) as late:
+        late.connection.begin()
+        late.connection.cursor().execute("INSERT INTO ITEMS VALUES (1, NULL)")  # the first event id
+        insert(items, 2, 999, note="sleep0.002")
+        listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "4")
+        listeners.append(listener)
+        listener.wait_for(lambda lines: len(handled(lines)) >= 100)
+        late.connection.commit()
+    listener.wait_for(lambda lines: len(handled(lines)) >= 1000)
+    keys = [line["key"] for line in listener.lines() if line["phase"] == "done"]
+    assert sorted(keys) == list(range(1, 1001))
+    assert remaining(items) == 0
+
+
 def test_key_order_keeps_each_rows_events_in_order_across_workers(items, tmp_path, listeners):
     from subscriptions.db.connection import Database
 
