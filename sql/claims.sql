@@ -133,6 +133,10 @@ BEGIN
                                              AND EARLIER.DEAD = FALSE))
                 FROM EVENT_LOG E
                 WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE AND E.EVENT_ID > :AFTER
+                -- Named: for a range of ids the Firebird 3 optimizer reads
+                -- the whole log from AFTER on the primary key (every
+                -- subscription's events, dead ones too) and sorts it.
+                PLAN (E ORDER IX_EVENT_LOG_QUEUE)
                 ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
                 INTO :CANDIDATE, :DUE, :AVAILABLE
             DO
@@ -358,7 +362,8 @@ BEGIN
     {{stream_subscriptions}}
     DO
         LIVE = LIVE + (SELECT COUNT(*) FROM EVENT_LOG
-                       WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID <= :AFTER);
+                       WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID <= :AFTER
+                       PLAN (EVENT_LOG INDEX (IX_EVENT_LOG_QUEUE)));  -- named: see the claim's walk
     IF (LIVE <> HOLDING) THEN
         EXIT;
     {{stream_stop}}
