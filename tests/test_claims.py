@@ -303,6 +303,21 @@ def test_a_run_ends_at_an_event_that_is_not_available(items):
         assert [(first, last) for first, last, _ in query(items, SPANS)] == [(1, 2), (3, 3), (4, 6)]
 
 
+def test_a_parallel_claim_over_more_subscriptions_than_one_statement_takes_claims_them_in_turns(items):
+    """Hundreds of subscriptions overflow the claim's lists of ids: the claim
+    goes on through them, MAX_CLAIM_TARGETS per statement, until it has its
+    fill. The others here are subscriptions that no longer exist, with the
+    longest ids, before the real one."""
+    target = insert_target(items)
+    gone = [claims.Target(-2_000_000_000 - n, "ITEMS", "I", "t") for n in range(3 * claims.MAX_CLAIM_TARGETS)]
+    targets = {t.sub_id: t for t in [*gone, target]}
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        assert [key(e) for e in claimer.claim(targets, 4)] == [1, 2, 3, 4]
+        assert [key(e) for e in claimer.claim(targets, 10, resume=True)] == [5, 6]
+        assert claimer.conflicts == 0
+
+
 def test_a_span_taken_over_counts_the_attempt_of_the_events_left_in_it(items):
     target = insert_target(items)
     targets = {target.sub_id: target}

@@ -43,6 +43,10 @@ MAX_ERROR_LENGTH = 2000
 # VARCHAR(32000) parameter, but an attachment in UTF8 passes at most 8,191
 # characters (32,765 bytes / 4); BIGINTs have up to 19 digits and a comma.
 MAX_IDS = 400
+# Subscriptions per parallel claim statement: what its IDS list (INTEGER ids,
+# up to 11 characters each) and AFTERS list (BIGINT ids, up to 20) hold in
+# their VARCHAR(8000) parameters. A listener with more claims them in turns.
+MAX_CLAIM_TARGETS = 300
 # Prepared statements kept per attachment (claims: one per set of targets seen).
 MAX_PREPARED = 32
 # Tries to read or make the database's id while another claimer makes it.
@@ -194,7 +198,9 @@ class Claimer:
         another's backlog); with ``key_order``, only events with no earlier
         live event of their row. Each comes with its span; settle with
         ``ack``. A subscription another claimer holds is passed over and
-        counted in ``conflicts``.
+        counted in ``conflicts``. Beyond MAX_CLAIM_TARGETS subscriptions,
+        one claim statement (and transaction) follows another until
+        ``limit`` events are claimed.
 
         ``resume``: the caller knows of no event that became available
         again behind its claims (no retry fell due, nothing was given
@@ -217,20 +223,30 @@ class Claimer:
         if walk_all:
             self._walked_all_at = time.monotonic()
             self._claimed_up_to.clear()
-        afters = [0 if walk_all else self._claimed_up_to.get(sub_id, 0) for sub_id in order]
+        claimed: list[Claimed] = []
+        for start in range(0, len(order), MAX_CLAIM_TARGETS):
+            window = order[start : start + MAX_CLAIM_TARGETS]
+            afters = [0 if walk_all else self._claimed_up_to.get(sub_id, 0) for sub_id in window]
+            claimed += self._claim(self._runs(window, afters, limit - len(claimed)), targets)
+            if len(claimed) >= limit:
+                break
+        self._last_claim_full = len(claimed) >= limit
+        for event in claimed:
+            self._claimed_up_to[event.subscription_id] = event.id
+        return claimed
+
+    def _runs(self, sub_ids: list[int], afters: list[int], limit: int) -> Callable[[Cursor], list[tuple[Any, ...]]]:
+        """The claim statement over ``sub_ids`` (at most MAX_CLAIM_TARGETS),
+        each walked from its entry in ``afters``."""
 
         def runs(cursor: Cursor) -> list[tuple[Any, ...]]:
-            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(order), _id_list(afters))
+            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids), _id_list(afters))
             self._execute(cursor, self._sql["claim"], params)
             rows = _rows(cursor)
             self.conflicts += sum(1 for row in rows if row[0] is None)
             return [row for row in rows if row[0] is not None]
 
-        claimed = self._claim(runs, targets)
-        self._last_claim_full = len(claimed) >= limit
-        for event in claimed:
-            self._claimed_up_to[event.subscription_id] = event.id
-        return claimed
+        return runs
 
     def ready(self) -> set[int]:
         """The subscriptions whose first live event could be claimed now:
