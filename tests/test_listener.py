@@ -456,7 +456,7 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
         stuck = supervisor.workers[0]
         wait_until(lambda: worker_attached(items, stuck.pid), 60, "the worker to attach")
         os.kill(stuck.pid, signal.SIGSTOP)
-        while supervisor.workers[0] is stuck and time.monotonic() < deadline:
+        while supervisor.workers[0] in (stuck, None) and time.monotonic() < deadline:  # None: the restart pause
             time.sleep(0.05)
         replaced.append(supervisor.workers[0].pid)
         insert(items, 1, 1)
@@ -587,6 +587,30 @@ def test_workers_die_with_a_killed_listener(items, tmp_path, listeners):
     listener.process.wait(10)
     processes = [claimer, *handlers]
     wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes), 5, "its processes to exit")
+
+
+def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_stop_ends(items, tmp_path, listeners):
+    """A claimer killed again and again (a crash loop) is not started anew
+    every second; SIGTERM during the pause stops the listener at once rather
+    than starting a claimer that --grace then waits for."""
+    listener = Listener(items, tmp_path, "--poll", "0.5", "--grace", "60")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    killed: list[int] = []
+
+    def new_claimer() -> list[int]:
+        return [pid for pid in spawned_children(listener.process.pid) if pid not in killed]
+
+    for death in range(1, 4):
+        wait_until(lambda: len(new_claimer()) == 1, 30, "a new claimer")
+        killed += new_claimer()
+        os.kill(killed[-1], signal.SIGKILL)
+        wait_until(lambda: listener.output().count("starting a new one in") == death, 30)  # noqa: B023
+    pauses = [float(pause) for pause in re.findall(r"starting a new one in ([\d.]+)s", listener.output())]
+    assert pauses[0] <= 1.0 and pauses[2] >= 2.0, pauses
+    listener.process.send_signal(signal.SIGTERM)
+    assert listener.finish(10) == 0, listener.output()
 
 
 def spawned_children(pid: int) -> list[int]:

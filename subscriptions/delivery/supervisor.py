@@ -3,7 +3,8 @@
 The supervisor holds no database connection while it runs: it starts the
 claimer process (worker.py; spawn: forking a process that has the embedded
 engine loaded hangs), which runs the ``--workers`` handler processes,
-restarts it when it dies, forwards SIGTERM/SIGINT for a graceful stop
+restarts it when it dies (after a pause that grows while it keeps dying
+soon after its start), forwards SIGTERM/SIGINT for a graceful stop
 bounded by ``--grace``, and kills it on a second signal. The claimer sends
 its handler outcomes to it for the metrics endpoint, and stamps a shared
 progress clock: one that stops stamping for longer than a handler may run
@@ -34,6 +35,7 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
+from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 
 from . import housekeeping, reaper, recovery, stats, worker
@@ -43,6 +45,10 @@ from .startup import rebuild_claim_index
 
 log = logging.getLogger("subs.listener")
 RESTART_DELAY = 1.0
+RESTART_DELAY_MAX = 30.0
+# A claimer that ran this long before it died is restarted after
+# RESTART_DELAY again, not after the grown pause of a crash loop.
+STEADY_RUN = 60.0
 RECOVERY_RETRY = 1.0
 STALL_MARGIN = 60.0
 
@@ -59,6 +65,10 @@ class Supervisor:
         self.reports = self.context.Queue()
         self.workers: list[BaseProcess | None] = []
         self.progress: dict[BaseProcess, c_double] = {}
+        self.started: dict[BaseProcess, float] = {}
+        self.restart_pause = Backoff(RESTART_DELAY, RESTART_DELAY_MAX)
+        # Monotonic times at which the claimer of a slot whose claimer died starts.
+        self.restart_at: dict[int, float] = {}
         self.stall_limit = self.options.timeout + self.options.poll + STALL_MARGIN
         self.reap_now = threading.Event()
         # (owner, reason) of workers that died holding claims (recovery.py).
@@ -147,6 +157,7 @@ class Supervisor:
         )
         process.start()
         self.progress[process] = progress
+        self.started[process] = time.monotonic()
         return process
 
     def _kill_stalled(self) -> None:
@@ -187,6 +198,36 @@ class Supervisor:
         except (DatabaseError, SubsError) as exc:
             log.warning("could not read queue depth: %s", first_line(exc))
 
+    def _bury(self, index: int, process: BaseProcess) -> None:
+        """A claimer that exited: its slot is done (stopping, or a drain that
+        finished) or its successor is due after a pause, during which a
+        stop signal still ends the listener at once."""
+        process.join()
+        self.progress.pop(process, None)
+        ran = time.monotonic() - self.started.pop(process, time.monotonic())
+        self.workers[index] = None
+        if self.stopping or (self.options.drain and process.exitcode == 0):
+            return
+        if process.pid is not None:
+            reason = recovery.exit_reason(process.exitcode, "claimer process")
+            self.abandoned.put((reaper.owner(process.pid), reason))
+        self.reap_now.set()
+        if ran >= STEADY_RUN:
+            self.restart_pause.reset()
+        pause = 0.0 if process.exitcode == worker.EXIT_RESTART else self.restart_pause.next_pause()
+        log.warning(
+            "worker pid %s exited with code %s; starting a new one in %.1fs", process.pid, process.exitcode, pause
+        )
+        self.restart_at[index] = time.monotonic() + pause
+
+    def _restart_due(self) -> None:
+        for index, due in list(self.restart_at.items()):
+            if self.stopping:
+                del self.restart_at[index]
+            elif time.monotonic() >= due:
+                del self.restart_at[index]
+                self.workers[index] = self._start()
+
     def run(self, *, with_queue_metrics: bool = False) -> int:
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
         housekeeping_thread = threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)
@@ -200,22 +241,10 @@ class Supervisor:
                     self._refresh_queue_metrics()
                     next_queue_refresh = time.monotonic() + self.options.poll
                 for index, process in enumerate(self.workers):
-                    if process is None or process.is_alive():
-                        continue
-                    process.join()
-                    self.progress.pop(process, None)
-                    finished = self.stopping or (self.options.drain and process.exitcode == 0)
-                    if finished:
-                        self.workers[index] = None
-                        continue
-                    log.warning("worker pid %s exited with code %s; starting a new one", process.pid, process.exitcode)
-                    if process.pid is not None:
-                        reason = recovery.exit_reason(process.exitcode, "claimer process")
-                        self.abandoned.put((reaper.owner(process.pid), reason))
-                    self.reap_now.set()
-                    time.sleep(RESTART_DELAY if process.exitcode != worker.EXIT_RESTART else 0)
-                    self.workers[index] = self._start()
-                if all(p is None for p in self.workers):
+                    if process is not None and not process.is_alive():
+                        self._bury(index, process)
+                self._restart_due()
+                if all(p is None for p in self.workers) and not self.restart_at:
                     break
                 if not self.stopping:
                     self._kill_stalled()
