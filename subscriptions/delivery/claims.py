@@ -45,7 +45,7 @@ MAX_ERROR_LENGTH = 2000
 MAX_IDS = 400
 # Subscriptions per parallel claim statement: what its IDS list (INTEGER ids,
 # up to 11 characters each) and AFTERS list (BIGINT ids, up to 20) hold in
-# their VARCHAR(8000) parameters. A listener with more claims them in turns.
+# their VARCHAR(8000) parameters. More take one statement after another.
 MAX_CLAIM_TARGETS = 300
 # Prepared statements kept per attachment (claims: one per set of targets seen).
 MAX_PREPARED = 32
