@@ -3,7 +3,13 @@ for the claim walk, also in a root written by an older release."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
+from firebird.embedded.provider import FirebirdProvider
 
 from subscriptions.db import runtime
 
@@ -32,6 +38,36 @@ def test_a_firebird_4_root_has_real_plugin_and_charset_files(tmp_path):
     for directory in ("plugins", "intl"):
         assert not (root / directory).is_symlink() and not (root / directory / "lib.so").is_symlink()
         assert (root / directory / "lib.so").read_text() == "x"
+
+
+def test_links_into_a_removed_wheel_are_pointed_at_this_one(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for wheel in (first, second):
+        wheel.mkdir()
+        (wheel / "libfbclient.so.2").write_text(wheel.name)
+    root = tmp_path / "root"
+    runtime._build_root(first, root, 5)
+    shutil.rmtree(first)
+    runtime._build_root(second, root, 5)
+    assert (root / "libfbclient.so.2").read_text() == "second"
+
+
+@pytest.mark.parametrize("engine", ["fb5"], indirect=True)
+def test_subs_runs_when_the_environment_that_built_the_runtime_root_is_gone(settings, tmp_path):
+    """The root is per user and engine version, shared by every virtualenv
+    with that wheel; the one that built it may have been deleted since."""
+    base = tmp_path / "runtime-base"
+    (base / "runtime").mkdir(parents=True)
+    (base / "runtime" / "firebird.conf").write_text(runtime.FIREBIRD_CONF)
+    for entry in FirebirdProvider().root.iterdir():
+        if entry.name not in ("firebird.conf", "firebird.log"):
+            (base / "runtime" / entry.name).symlink_to(tmp_path / "deleted-venv" / entry.name)
+    env = {**os.environ, "SUBS_RUNTIME_DIR": str(base)}
+    status = subprocess.run(
+        [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "status"], env=env, capture_output=True, text=True
+    )
+    assert status.returncode == 0, status.stderr
+    assert (base / "runtime" / "libfbclient.so.2").resolve() == (FirebirdProvider().root / "libfbclient.so.2").resolve()
 
 
 @pytest.mark.parametrize("engine", ["fb5"], indirect=True)

@@ -66,7 +66,8 @@ def runtime_root() -> Path:
 
 def _build_root(wheel_root: Path, root: Path, major: int) -> None:
     """Create ``root`` atomically: links to the wheel's files plus our
-    firebird.conf; bring the firebird.conf of an existing root up to date.
+    firebird.conf; bring the firebird.conf of an existing root up to date
+    and mend its links into a wheel that was removed.
 
     Firebird 4 refuses a plugin whose real path is not the one it asked for,
     so its plugins and character sets are copied (hard links where
@@ -75,6 +76,7 @@ def _build_root(wheel_root: Path, root: Path, major: int) -> None:
     if conf.is_file():
         if conf.read_text() != FIREBIRD_CONF:
             _write_atomically(conf, FIREBIRD_CONF)
+        _relink_dangling(wheel_root, root)
         return
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root.parent))
@@ -94,6 +96,20 @@ def _build_root(wheel_root: Path, root: Path, major: int) -> None:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _relink_dangling(wheel_root: Path, root: Path) -> None:
+    """Point the root's links that lead nowhere at this wheel's files. The
+    root is shared by every environment with this engine version, and the
+    one that built it may be gone (a virtualenv made anew, a CI checkout
+    removed): the engine could no longer be loaded from any of them."""
+    for link in root.iterdir():
+        target = wheel_root / link.name
+        if link.is_symlink() and not link.exists() and target.exists():
+            temporary = root / f".{link.name}-{os.getpid()}"
+            temporary.unlink(missing_ok=True)
+            temporary.symlink_to(target)
+            os.replace(temporary, link)
 
 
 def _link_or_copy(source: str, target: str) -> None:
