@@ -21,7 +21,10 @@ from .options import ORDERED, ListenOptions
 from .pool import HandlerPool, Slot
 
 log = logging.getLogger("subs.worker")
-# The database stamps a retry's due time a moment after this process does.
+# The database stamps a retry's due time a moment after this process sets
+# its timer for it: it stamps it this much earlier, so that the claim the
+# timer wakes finds the event due, and the retry runs after the delay drawn,
+# not that plus a margin.
 RETRY_MARGIN = 0.05
 # Longest wait for reports: the claimer stamps its progress in between.
 WAIT_SLICE = 0.5
@@ -287,9 +290,9 @@ class Dispatcher:
         dead = self.options.is_last_attempt(event.attempt)
         delay = 0.0 if dead else self.options.retry_delay(event.attempt)
         if not dead:
-            heapq.heappush(self._retries_due, time.monotonic() + delay + RETRY_MARGIN)
+            heapq.heappush(self._retries_due, time.monotonic() + delay)
         with self.in_flight.settling:
-            claimer.fail(event.id, error, delay, dead)
+            claimer.fail(event.id, error, max(delay - RETRY_MARGIN, 0.0), dead)
         self._observe(event, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
