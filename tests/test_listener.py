@@ -613,6 +613,34 @@ def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_sto
     assert listener.finish(10) == 0, listener.output()
 
 
+CRASHING_IN_HANDLER_PROCESSES = """
+import multiprocessing, os
+from subscriptions import hookimpl
+
+@hookimpl
+def register_handlers(register):
+    if multiprocessing.current_process().name == "subs-handler":
+        os._exit(3)
+"""
+
+
+def test_handler_processes_that_die_before_they_are_ready_are_started_again_after_growing_pauses(
+    items, tmp_path, listeners
+):
+    """A plugin that kills every handler process as it loads it: the slot
+    does not spawn process after process; the claimer and its events stay."""
+    plugin = tmp_path / "crashing.py"
+    plugin.write_text(CRASHING_IN_HANDLER_PROCESSES)
+    insert(items, 1, 1)
+    listener = Listener(items, tmp_path, "--workers", "1", "--poll", "0.5", "--plugin", str(plugin))
+    listeners.append(listener)
+    wait_until(lambda: listener.output().count("the next one starts in") >= 3, 60, "three pauses")
+    pauses = [float(pause) for pause in re.findall(r"the next one starts in ([\d.]+)s", listener.output())]
+    assert pauses[:3] == [0.5, 1.0, 2.0], listener.output()
+    assert listener.process.poll() is None and listener.lines() == []
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE ATTEMPTS = 0") == [(1,)]
+
+
 def spawned_children(pid: int) -> list[int]:
     """The processes ``pid`` started with multiprocessing's spawn."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()

@@ -195,11 +195,16 @@ def _one_write_per_line() -> None:
             stream.reconfigure(line_buffering=True, write_through=False)
 
 
-def main(options: ListenOptions, connection: Connection, stop: c_bool, owner: str, parent: int) -> None:
-    """Entry point of a spawned handler process."""
+def main(
+    options: ListenOptions, connection: Connection, stop: c_bool, owner: str, parent: int, start_pause: float = 0.0
+) -> None:
+    """Entry point of a spawned handler process; it loads the handlers
+    ``start_pause`` seconds after it starts (the pool's pause after
+    processes that died before they were ready)."""
     lifeline.die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    time.sleep(start_pause)
     _one_write_per_line()
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     runner = Runner(options, owner, stop)

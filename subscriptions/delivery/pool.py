@@ -30,6 +30,11 @@ from .recovery import exit_reason
 log = logging.getLogger("subs.worker")
 CLOSE_TIMEOUT = 2.0
 DEPTH = 2  # jobs a handler process holds: the running one and the next
+# A slot whose processes keep dying before they are ready (a plugin that
+# crashes them as they load it) starts the next one after a pause that
+# doubles from START_PAUSE up to START_PAUSE_MAX, not at once, again and again.
+START_PAUSE = 0.5
+START_PAUSE_MAX = 30.0
 
 
 @dataclass
@@ -44,6 +49,7 @@ class Slot:
     reported: int = 0  # the running job's events reported so far, in order
     heard: float = 0.0  # monotonic time of the last report (or of the job's start)
     done: list[int] = field(default_factory=list)  # the running job's handled events
+    start_failures: int = 0  # processes in a row that ended before they were ready
 
     @property
     def job(self) -> Job | None:
@@ -79,11 +85,11 @@ class HandlerPool:
         self.stop = self.context.RawValue(c_bool, False)
         self.slots = [self._spawn() for _ in range(options.workers)]
 
-    def _spawn(self) -> Slot:
+    def _spawn(self, start_pause: float = 0.0) -> Slot:
         mine, theirs = self.context.Pipe()
         process = self.context.Process(
             target=handler_process.main,
-            args=(self.options, theirs, self.stop, self.owner, os.getpid()),
+            args=(self.options, theirs, self.stop, self.owner, os.getpid(), start_pause),
             name="subs-handler",
             daemon=True,
         )
@@ -165,11 +171,21 @@ class HandlerPool:
         slot.process.join(CLOSE_TIMEOUT)
 
     def replace(self, slot: Slot) -> None:
-        """A fresh process in the slot of one that is gone (or cannot be talked to)."""
+        """A fresh process in the slot of one that is gone (or cannot be
+        talked to); after a pause if the processes of the slot keep ending
+        before they are ready."""
         if slot.process.is_alive():
             slot.process.kill()
         slot.connection.close()
-        fresh = self._spawn()
+        slot.start_failures = 0 if slot.ready else slot.start_failures + 1
+        pause = min(START_PAUSE * 2 ** (slot.start_failures - 1), START_PAUSE_MAX) if slot.start_failures else 0.0
+        if pause:
+            log.warning(
+                "handler process pid %s ended before it was ready; the next one starts in %.1fs",
+                slot.process.pid,
+                pause,
+            )
+        fresh = self._spawn(pause)
         slot.process, slot.connection, slot.ready = fresh.process, fresh.connection, False
         slot.queue.clear()
         slot.reported, slot.done = 0, []
