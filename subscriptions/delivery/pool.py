@@ -35,6 +35,7 @@ DEPTH = 2  # jobs a handler process holds: the running one and the next
 # doubles from START_PAUSE up to START_PAUSE_MAX, not at once, again and again.
 START_PAUSE = 0.5
 START_PAUSE_MAX = 30.0
+MAX_DOUBLINGS = 16  # beyond START_PAUSE_MAX; 2**1024 would not fit a float
 
 
 @dataclass
@@ -178,7 +179,8 @@ class HandlerPool:
             slot.process.kill()
         slot.connection.close()
         slot.start_failures = 0 if slot.ready else slot.start_failures + 1
-        pause = min(START_PAUSE * 2 ** (slot.start_failures - 1), START_PAUSE_MAX) if slot.start_failures else 0.0
+        doublings = min(slot.start_failures - 1, MAX_DOUBLINGS)
+        pause = min(START_PAUSE * 2**doublings, START_PAUSE_MAX) if slot.start_failures else 0.0
         if pause:
             log.warning(
                 "handler process pid %s ended before it was ready; the next one starts in %.1fs",
