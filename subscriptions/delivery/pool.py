@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
+from subscriptions.db.retry import Backoff
+
 from . import handler_process
 from .claimed import Claimed
 from .claims import Stream
@@ -32,10 +34,9 @@ CLOSE_TIMEOUT = 2.0
 DEPTH = 2  # jobs a handler process holds: the running one and the next
 # A slot whose processes keep dying before they are ready (a plugin that
 # crashes them as they load it) starts the next one after a pause that
-# doubles from START_PAUSE up to START_PAUSE_MAX, not at once, again and again.
-START_PAUSE = 0.5
+# doubles from 0.5-1 s up to START_PAUSE_MAX, not at once, again and again.
+START_PAUSE = 1.0
 START_PAUSE_MAX = 30.0
-MAX_DOUBLINGS = 16  # beyond START_PAUSE_MAX; 2**1024 would not fit a float
 
 
 @dataclass
@@ -50,7 +51,8 @@ class Slot:
     reported: int = 0  # the running job's events reported so far, in order
     heard: float = 0.0  # monotonic time of the last report (or of the job's start)
     done: list[int] = field(default_factory=list)  # the running job's handled events
-    start_failures: int = 0  # processes in a row that ended before they were ready
+    # Pauses before the next process while processes end before they are ready.
+    start_pause: Backoff = field(default_factory=lambda: Backoff(START_PAUSE, START_PAUSE_MAX))
 
     @property
     def job(self) -> Job | None:
@@ -178,10 +180,11 @@ class HandlerPool:
         if slot.process.is_alive():
             slot.process.kill()
         slot.connection.close()
-        slot.start_failures = 0 if slot.ready else slot.start_failures + 1
-        doublings = min(slot.start_failures - 1, MAX_DOUBLINGS)
-        pause = min(START_PAUSE * 2**doublings, START_PAUSE_MAX) if slot.start_failures else 0.0
-        if pause:
+        if slot.ready:
+            slot.start_pause.reset()
+            pause = 0.0
+        else:
+            pause = slot.start_pause.next_pause()
             log.warning(
                 "handler process pid %s ended before it was ready; the next one starts in %.1fs",
                 slot.process.pid,

@@ -204,7 +204,7 @@ class Supervisor:
         stop signal still ends the listener at once."""
         process.join()
         self.progress.pop(process, None)
-        ran = time.monotonic() - self.started.pop(process, time.monotonic())
+        ran = time.monotonic() - self.started.pop(process)
         self.workers[index] = None
         if self.stopping or (self.options.drain and process.exitcode == 0):
             return
