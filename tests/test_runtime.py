@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from firebird.embedded.provider import FirebirdProvider
@@ -68,6 +69,44 @@ def test_subs_runs_when_the_environment_that_built_the_runtime_root_is_gone(sett
     )
     assert status.returncode == 0, status.stderr
     assert (base / "runtime" / "libfbclient.so.2").resolve() == (FirebirdProvider().root / "libfbclient.so.2").resolve()
+
+
+# Runs `python -m subscriptions` with the wheel's files taken from $FAKE_WHEEL.
+WITH_FAKE_WHEEL = """
+import os, runpy
+from pathlib import Path
+from firebird.embedded.provider import FirebirdProvider
+FirebirdProvider.root = property(lambda self: Path(os.environ["FAKE_WHEEL"]))
+runpy.run_module("subscriptions", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("missing", runtime.WHEEL_FILES)
+def test_a_wheel_with_a_file_missing_is_a_one_line_error_naming_it_and_the_fix(tmp_path, missing):
+    """Found with a wheel whose client library was gone: a traceback from
+    inside the driver ("Firebird client library not found")."""
+    wheel = tmp_path / "wheel"
+    for entry in FirebirdProvider().root.rglob("*"):
+        copy = wheel / entry.relative_to(FirebirdProvider().root)
+        if entry.is_dir():
+            copy.mkdir(parents=True, exist_ok=True)
+        elif entry.relative_to(FirebirdProvider().root) != Path(missing):
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(entry)
+    env = {**os.environ, "SUBS_RUNTIME_DIR": str(tmp_path / "runtime-base"), "FAKE_WHEEL": str(wheel)}
+    status = subprocess.run(
+        [sys.executable, "-c", WITH_FAKE_WHEEL, "-d", str(tmp_path / "app.fdb"), "init"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert status.returncode == 1
+    assert not (tmp_path / "app.fdb").exists()
+    version = FirebirdProvider().package_version
+    assert status.stderr == (
+        f"Error: the firebird-embedded {version} wheel is incomplete ({missing} missing in {wheel}): "
+        f"reinstall it with `pip install --force-reinstall firebird-embedded=={version}`\n"
+    )
 
 
 @pytest.mark.parametrize("engine", ["fb5"], indirect=True)

@@ -32,6 +32,9 @@ ServerMode = SuperClassic
 DefaultDbCachePages = 2048
 """
 
+# The wheel's files the engine cannot start without.
+WHEEL_FILES = ("libfbclient.so.2", "libtomcrypt.so.1", "plugins/libEngine13.so")
+
 _lock = threading.Lock()
 
 
@@ -127,6 +130,18 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
+def _check_wheel(wheel: FirebirdProvider) -> None:
+    """A wheel with files missing (an install cut short, files deleted by
+    hand) would fail deep in the driver or the engine with a traceback."""
+    missing = [name for name in WHEEL_FILES if not (wheel.root / name).is_file()]
+    if missing:
+        version = wheel.package_version
+        raise SubsError(
+            f"the firebird-embedded {version} wheel is incomplete ({', '.join(missing)} missing in {wheel.root}): "
+            f"reinstall it with `pip install --force-reinstall firebird-embedded=={version}`"
+        )
+
+
 def _preload_crypto_libraries(wheel_root: Path, major: int) -> None:
     """The engine needs libtommath (Debian's libtommath1) and the wheel's
     libtomcrypt, which its RPATH ($ORIGIN/../lib) cannot find: load both
@@ -170,6 +185,7 @@ def load() -> None:
                 raise RuntimeError("firebird-driver was initialised before subscriptions.runtime.load()")
             return
         wheel = FirebirdProvider()
+        _check_wheel(wheel)
         major = int(wheel.firebird_version.split(".")[0])
         root = runtime_root()
         _build_root(wheel.root, root, major)
