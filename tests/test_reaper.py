@@ -1,6 +1,8 @@
 """Attachments left by dead workers: the listener disconnects them, so their
 open claim transactions cannot hold an ordered subscription's head for ever
-(tests/SOAK-NOTES.md, finding 6)."""
+(tests/SOAK-NOTES.md, finding 6). Only a server keeps such attachments: on
+the embedded engine they end with their process, and the listener does not
+look for them there."""
 
 from __future__ import annotations
 
@@ -94,6 +96,7 @@ def test_is_dead_here_only_for_gone_processes_of_this_host():
     assert not reaper.is_dead_here("not-an-owner")
 
 
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
 def test_start_up_disconnects_a_dead_workers_attachment_and_no_live_one(items, tmp_path, listeners, holders):
     insert(items, 1, 3)
     zombie = Holder(items, f"{socket.gethostname()}:{dead_pid()}")
@@ -114,6 +117,7 @@ def test_start_up_disconnects_a_dead_workers_attachment_and_no_live_one(items, t
         live.close()
 
 
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
 def test_a_dead_worker_makes_the_listener_look_for_its_attachments(items, tmp_path, listeners, holders):
     """Ordered mode behind an event held by a dead worker's attachment: it
     moves on once the listener reaps after a claimer of its own dies."""
@@ -128,3 +132,28 @@ def test_a_dead_worker_makes_the_listener_look_for_its_attachments(items, tmp_pa
     assert [line["key"] for line in listener.lines() if line["phase"] == "done"] == [1, 2]
     wait_until(lambda: remaining(items) == 0, 10, "the handled events to be acknowledged")
     assert not holders[0].attached()
+
+
+def tagged(settings, owner: str) -> bool:
+    rows = query(
+        settings,
+        "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_WORKER' AND MON$VARIABLE_VALUE = ?",
+        (owner,),
+    )
+    return rows[0][0] > 0
+
+
+@pytest.mark.parametrize("engine", ["fb5"], indirect=True)
+def test_on_the_embedded_engine_a_killed_claimers_attachments_end_with_it(items, tmp_path, listeners):
+    """Why the listener does not reap on the embedded engine."""
+    listener = Listener(items, tmp_path, "--poll", "0.3")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines))
+    claimer = reaper.owner(parent_of(listener.lines()[0]["pid"]))
+    assert tagged(items, claimer)
+    os.kill(int(claimer.rpartition(":")[2]), signal.SIGKILL)
+    wait_until(lambda: not tagged(items, claimer), 30, "the killed claimer's attachments to end")
+    insert(items, 2, 1)
+    listener.wait_for(lambda lines: len(handled(lines)) == 2, timeout=60)
+    assert "left by dead worker" not in listener.output()

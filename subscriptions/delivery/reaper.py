@@ -1,7 +1,7 @@
 """Disconnecting the attachments of dead workers.
 
 A SIGKILLed worker's attachment normally goes away with its socket (server) or
-its lock owner (embedded). But a Firebird 3 server was seen keeping such
+its process (embedded). But a Firebird 3 server was seen keeping such
 attachments, with their open claim transactions, for 15 minutes and more after
 a server restart: their record locks hold the head of an ordered subscription,
 which then stops. So every worker tags its attachments with its owner string
@@ -53,7 +53,13 @@ def is_dead_here(worker: str) -> bool:
 
 
 def reap(db: Database) -> list[str]:
-    """Disconnect the attachments of this host's dead workers; returns their owners."""
+    """Disconnect the attachments of this host's dead workers; returns their
+    owners. Only a server keeps attachments of dead processes: on the
+    embedded engine they end with their process, and there this MON$
+    snapshot, taken right after a SIGKILL, was seen waiting inside the
+    engine while the database was wedged (tests/SOAK-NOTES.md, finding 8)."""
+    if not db.settings.is_remote:
+        return []
     statements = sql.load("attachments")
     with db.transaction() as cursor:
         cursor.execute(statements["workers"])
