@@ -55,9 +55,9 @@ def is_dead_here(worker: str) -> bool:
 def reap(db: Database) -> list[str]:
     """Disconnect the attachments of this host's dead workers; returns their
     owners. Only a server keeps attachments of dead processes: on the
-    embedded engine they end with their process, and there this MON$
-    snapshot, taken right after a SIGKILL, was seen waiting inside the
-    engine while the database was wedged (tests/SOAK-NOTES.md, finding 8)."""
+    embedded engine they end with their process, so there the listener
+    spares every attached process the MON$ snapshot (each dumps its state
+    for it), every minute and after every worker death."""
     if not db.settings.is_remote:
         return []
     statements = sql.load("attachments")
