@@ -50,6 +50,9 @@ WORKLOADS = {
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"
+# A --quick run says nothing about performance: it must not replace the
+# recorded figures of a full run that the README cites (git ignores it).
+QUICK_JSON = PACKAGE_DIR / "results" / "quick.json"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -69,7 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds after which one W1 case run is stopped and its rate taken over what it "
         "handled; 0 for none [default: 10, with --quick 30]",
     )
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"[default: {DEFAULT_JSON}]")
+    parser.add_argument(
+        "--json", type=Path, help=f"where the figures go [default: {DEFAULT_JSON}, with --quick {QUICK_JSON}]"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     args = parser.parse_args(argv)
     only = [name.strip().upper() for name in (args.only or ",".join(WORKLOADS)).split(",") if name.strip()]
@@ -77,6 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
     args.only = only
+    args.json = args.json or (QUICK_JSON if args.quick else DEFAULT_JSON)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
     return args
