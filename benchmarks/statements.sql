@@ -157,6 +157,54 @@ END;
 -- name: wide_bulk_update
 UPDATE ORDERS SET AMOUNT = AMOUNT + 1, PAID = TRUE WHERE ID >= ?;
 
+-- name: typed_copy_table
+-- W4's design probe: a capture subs does not have, measured beside the one it
+-- has. The trigger keeps a typed copy of the changed row (no encoding, no
+-- index) and a listener would encode it and fan it out to the subscriptions
+-- later: what that costs the writer, for the choice between the two designs.
+CREATE TABLE ORDERS_CHANGES (
+    CHANGE_ID      BIGINT NOT NULL,
+    OP             CHAR(1) CHARACTER SET ASCII NOT NULL,
+    SUB_IDS        VARCHAR(100) CHARACTER SET ASCII,
+    OLD_ID         INTEGER,
+    OLD_CUSTOMER   VARCHAR(60),
+    OLD_AMOUNT     NUMERIC(12, 2),
+    OLD_PLACED_AT  TIMESTAMP,
+    OLD_PAID       BOOLEAN,
+    OLD_NOTE       VARCHAR(200),
+    NEW_ID         INTEGER,
+    NEW_CUSTOMER   VARCHAR(60),
+    NEW_AMOUNT     NUMERIC(12, 2),
+    NEW_PLACED_AT  TIMESTAMP,
+    NEW_PAID       BOOLEAN,
+    NEW_NOTE       VARCHAR(200)
+);
+
+-- name: typed_copy_ids
+CREATE SEQUENCE ORDERS_CHANGE_IDS;
+
+-- name: typed_copy_trigger
+-- What the probe's trigger must still do: number the change (the log's
+-- order), name the subscriptions it matched, and wake the listener.
+CREATE TRIGGER ORDERS_TYPED_COPY FOR ORDERS
+ACTIVE AFTER INSERT OR UPDATE POSITION 32000
+AS
+BEGIN
+    IF (INSERTING) THEN
+        INSERT INTO ORDERS_CHANGES (CHANGE_ID, OP, SUB_IDS,
+                                    NEW_ID, NEW_CUSTOMER, NEW_AMOUNT, NEW_PLACED_AT, NEW_PAID, NEW_NOTE)
+        VALUES (NEXT VALUE FOR ORDERS_CHANGE_IDS, 'I', '1',
+                NEW.ID, NEW.CUSTOMER, NEW.AMOUNT, NEW.PLACED_AT, NEW.PAID, NEW.NOTE);
+    ELSE
+        INSERT INTO ORDERS_CHANGES (CHANGE_ID, OP, SUB_IDS,
+                                    OLD_ID, OLD_CUSTOMER, OLD_AMOUNT, OLD_PLACED_AT, OLD_PAID, OLD_NOTE,
+                                    NEW_ID, NEW_CUSTOMER, NEW_AMOUNT, NEW_PLACED_AT, NEW_PAID, NEW_NOTE)
+        VALUES (NEXT VALUE FOR ORDERS_CHANGE_IDS, 'U', '1',
+                OLD.ID, OLD.CUSTOMER, OLD.AMOUNT, OLD.PLACED_AT, OLD.PAID, OLD.NOTE,
+                NEW.ID, NEW.CUSTOMER, NEW.AMOUNT, NEW.PLACED_AT, NEW.PAID, NEW.NOTE);
+    POST_EVENT 'subs:changes';
+END;
+
 -- name: history_insert
 -- W5: events as the trigger would have logged them, for one subscription.
 EXECUTE BLOCK (SUB INTEGER = ?, N INTEGER = ?)
