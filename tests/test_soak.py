@@ -6,9 +6,14 @@ below on made-up records, so that a soak that passes means something."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,10 +27,68 @@ CHANGES = {"fb3": 1500, "fb5": 1000}
 SECONDS = {"fb3": 40, "fb5": 70}
 
 
-# With one claimer per listener the embedded engine has two listener
-# processes attached instead of eight, and the fb5 soak passed 10 runs of 10
-# by hand (seeds 3, 5, 7, 9, 11, both modes); before, its processes could
-# wedge in the engine after SIGKILLs (tests/SOAK-NOTES.md, finding 3).
+# After a SIGKILL every process of an embedded database can wait inside the
+# engine for minutes, the application's producers included (tests/SOAK-NOTES.md,
+# finding 8: about 1 short fb5 soak in 40 here). A killed worker stalls the
+# producers for about 10 s (finding 4), and subs holds no lock a producer
+# waits for: a fb5 run that outlives its bound with no producer commit for
+# this long met the engine's wedge, which subs cannot end: it runs again once,
+# with a warning naming the evidence (as a test under which the Firebird 3
+# server crashed does, conftest.py), and must pass then.
+ENGINE_WEDGE_AFTER = 60.0
+
+
+class EngineWedged(AssertionError):
+    """The embedded engine wedged under the soak: not a fault of subs."""
+
+
+def engine_wedged(error: BaseException | None) -> bool:
+    if isinstance(error, EngineWedged):
+        warnings.warn(f"{error}; the soak runs again")
+        return True
+    return False
+
+
+def producer_silence(workdir: Path, changes: int, until: float) -> float:
+    """The longest time in which no producer committed; when the producers
+    had not committed all ``changes``, their silence lasts until ``until``."""
+    commits: list[float] = []
+    committed = 0
+    for path in workdir.glob("producer-*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # the line a killed producer was writing
+                continue
+            if record["o"] == "c" and record["t"]:
+                commits.append(record["t"])
+                committed += len(record["ch"])
+    if not commits:
+        return 0.0
+    commits.sort()
+    if committed < changes:
+        commits.append(until)
+    return max((b - a for a, b in zip(commits, commits[1:])), default=0.0)
+
+
+def stop_leftovers(soak: subprocess.Popen[str], workdir: Path) -> None:
+    """SIGKILL the soak run that outlived its bound, with its producers (its
+    process group) and its listener (a session of its own, found by the work
+    directory in its command line), so that no wedged process outlives the test."""
+    os.killpg(soak.pid, signal.SIGKILL)
+    ours = os.getpgid(0)
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(workdir).encode() in (entry / "cmdline").read_bytes():
+                group = os.getpgid(int(entry.name))
+                if group != ours:
+                    os.killpg(group, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+    soak.communicate()
+
+
+@pytest.mark.flaky(reruns=1, condition=engine_wedged)
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])
 @pytest.mark.parametrize("engine", ["fb3", "fb5"])
 def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
@@ -48,12 +111,23 @@ def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
         "--seed",
         "7",
         "--workdir",
-        str(tmp_path / "soak"),
+        str(workdir := tmp_path / "soak"),
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=SECONDS[engine] + 120)
-    print(result.stdout)
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    summary = result.stdout.splitlines()[0]
+    soak = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = soak.communicate(timeout=SECONDS[engine] + 120)
+    except subprocess.TimeoutExpired:
+        stop_leftovers(soak, workdir)
+        silence = producer_silence(workdir, CHANGES[engine], time.time())
+        if engine == "fb5" and silence >= ENGINE_WEDGE_AFTER:
+            raise EngineWedged(
+                f"the embedded engine wedged after a SIGKILL: no producer committed for {silence:.0f} s "
+                "(tests/SOAK-NOTES.md, finding 8)"
+            ) from None
+        raise
+    print(stdout)
+    assert soak.returncode == 0, stdout + stderr[-3000:]
+    summary = stdout.splitlines()[0]
     assert summary.endswith("-> PASS"), summary
     kills = re.search(r" kills=(\d+) \(worker (\d+), listener (\d+)\)", summary)
     assert kills and int(kills[2]) >= 1 and int(kills[3]) >= 1, summary
@@ -96,6 +170,18 @@ def check(
     lines: list[dict], faults: list[Fault] = (), txns: list[dict] = COMMITTED, journal=(INSERT,), ordered: bool = False
 ):
     return run_checks(list(journal), txns, lines, list(faults), [], ordered=ordered)
+
+
+def test_producer_silence_counts_the_wait_of_producers_that_had_changes_left(tmp_path):
+    def commit(p: int, at: float, changes: int = 1) -> str:
+        return json.dumps({"p": p, "n": 1, "o": "c", "t": at, "why": "", "ch": [[1, "SOAK_A", "I", 1, None]] * changes})
+
+    (tmp_path / "producer-1.jsonl").write_text(commit(1, 100.0) + "\n" + commit(1, 103.0, 2) + "\n")
+    rolled_back = json.dumps({"p": 2, "n": 1, "o": "r", "t": None, "why": "deliberate", "ch": []})
+    (tmp_path / "producer-2.jsonl").write_text(commit(2, 101.0) + "\n" + rolled_back + "\n" + '{"p": 2, "n"')
+    assert producer_silence(tmp_path, changes=4, until=200.0) == 2.0  # all committed: the gaps between
+    assert producer_silence(tmp_path, changes=10, until=200.0) == 97.0  # 6 left: silent since 103
+    assert producer_silence(tmp_path / "none", changes=10, until=200.0) == 0.0
 
 
 def test_checker_accepts_a_clean_run():
