@@ -4,9 +4,7 @@ Firebird 3 server started on 127.0.0.1."""
 
 from __future__ import annotations
 
-import fcntl
 import shutil
-import tempfile
 import time
 import uuid
 import warnings
@@ -31,18 +29,12 @@ ENGINES = (EMBEDDED, "fb3")
 ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
 SERVER_LOG_OFFSET = pytest.StashKey[int]()
 SERVER_CRASH = pytest.StashKey[str]()
-# The test workers (pytest-xdist, see dev.sh) share the Firebird 3 server: its
-# tests hold this lock shared, and a test that restarts the server holds it
-# alone.
-SERVER_USE_LOCK = Path(tempfile.gettempdir()) / "subs-tests-fb3-use.lock"
 
 
 def uses_fb3_server(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
-    return (
-        "fb3_dir" in getattr(item, "fixturenames", ())
-        or (callspec is not None and callspec.params.get("engine") == "fb3")
-        or item.get_closest_marker("fb3_server") is not None
+    return "fb3_dir" in getattr(item, "fixturenames", ()) or (
+        callspec is not None and callspec.params.get("engine") == "fb3"
     )
 
 
@@ -63,27 +55,6 @@ def crashed_under(item: pytest.Item, error: BaseException | None) -> bool:
     warnings.warn(f"the Firebird 3 server crashed under this test, which runs again: {item.stash[SERVER_CRASH]}")
     fb3server.start()  # the guardian restarts it; wait until it listens
     return True
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "fb3_server: the test uses the Firebird 3 server (without an engine parameter)")
-    config.addinivalue_line(
-        "markers", "restarts_fb3_server: the test stops the Firebird 3 server; no other test may use it meanwhile"
-    )
-
-
-@pytest.fixture(autouse=True)
-def fb3_server_turn(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Wait until this test may use the Firebird 3 server as it means to: with
-    other tests, or alone when it restarts the server (set up before the
-    test's databases, so held until they are gone)."""
-    if not uses_fb3_server(request.node):
-        yield
-        return
-    alone = request.node.get_closest_marker("restarts_fb3_server") is not None
-    with SERVER_USE_LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        yield
 
 
 @pytest.hookimpl(tryfirst=True)

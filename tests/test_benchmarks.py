@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
 
@@ -77,7 +75,6 @@ def test_quick_run_on_embedded_firebird_covers_every_workload(tmp_path):
     assert data["machine"]["engines"]["fb5"]["server_mode"] == "SuperClassic"
 
 
-@pytest.mark.fb3_server
 def test_quick_throughput_run_on_the_firebird_3_server(tmp_path):
     data = run_quick(tmp_path, "--engine", "fb3", "--only", "W1,W2")
     check_sane(data, ("W1", "W2"), "fb3")

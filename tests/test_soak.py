@@ -90,7 +90,7 @@ def stop_leftovers(soak: subprocess.Popen[str], workdir: Path) -> None:
 
 @pytest.mark.flaky(reruns=1, condition=engine_wedged)
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])
-@pytest.mark.parametrize("engine", [pytest.param("fb3", marks=pytest.mark.restarts_fb3_server), "fb5"])
+@pytest.mark.parametrize("engine", ["fb3", "fb5"])
 def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
     command = [
         sys.executable,
