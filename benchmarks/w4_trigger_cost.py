@@ -19,7 +19,7 @@ from .config import Context, Sizes
 from .engines import Engine
 
 NAME = "W4"
-ENGINES = ("fb5",)
+ENGINES = ("fb5", "fb3")
 PROBE = "typed copy (design probe)"
 # Subscriptions per case; the probe has its own trigger instead.
 CASES = {"plain table": 0, "1 subscription": 1, "5 subscriptions": 5, PROBE: 0}
