@@ -330,49 +330,35 @@ END;
 -- subscription it cannot capture.
 CREATE EXCEPTION EVENT_CAPTURE_REFUSED 'subs cannot capture this table';
 
--- name: stub_procedure
--- Before the application alters a subscribed table (or a domain one of its
--- columns uses): empty the capture trigger so the engine lets the change
--- drop or retype columns it read. The AFTER trigger regenerates it in the
--- same transaction, so no other transaction ever sees the empty one.
--- Renaming a column is checked by the engine before any DDL trigger can
--- help, so it is refused with the way to do it instead. EVENT_CAPTURE_SYNC
--- leaves the same empty trigger when there is nothing to capture (SQL_TEXT
--- empty: no DDL to judge).
-CREATE OR ALTER PROCEDURE EVENT_CAPTURE_STUB (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, SQL_TEXT BLOB SUB_TYPE TEXT)
-AS
-DECLARE trigger_name VARCHAR(63) CHARACTER SET UTF8;
-BEGIN
-    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
-    WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
-    INTO trigger_name;
-    IF (trigger_name IS NULL) THEN
-        EXIT;
-    IF (UPPER(SQL_TEXT) SIMILAR TO
-        '%ALTER[[:SPACE:]]+(COLUMN[[:SPACE:]]+)?("[^"]+"|[^[:SPACE:]"]+)[[:SPACE:]]+TO[[:SPACE:]]+%') THEN
-        EXCEPTION EVENT_CAPTURE_REFUSED
-            'subs captures table ' || TABLE_NAME || ' and Firebird cannot rename its columns under a trigger: '
-            || 'add the new column, copy the values (UPDATE), then drop the old one';
-    EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(trigger_name, '"', '""') || '" FOR "'
-        || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
-END;
-
 -- name: sync_procedure
--- Make the table's capture trigger what the generator says now: (re)create
--- it, or, when there is nothing to capture, leave an empty inactive trigger
--- in its place (it depends on no column; `subs remove` drops it). Returns
--- the REASON when nothing is captured.
+-- Make the table's capture trigger what the generator says now, changing
+-- it only when its text or state differs: the engine lets an attachment
+-- that first reads the table's triggers while a DDL transaction is open
+-- see that transaction's uncommitted trigger, and keeps it even if the DDL
+-- is rolled back, so every needless change is a chance to capture with a
+-- trigger that never committed. When there is nothing to capture, an empty
+-- inactive trigger is left in its place (it depends on no column; `subs
+-- remove` drops it). Returns the REASON when nothing is captured.
 CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
 RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
 AS
 DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
 BEGIN
     SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
     INTO TRIGGER_NAME, source, REASON;
     IF (source IS NOT NULL) THEN
     BEGIN
-        EXECUTE STATEMENT source;
+        -- The catalogue keeps a trigger's text from its AS on.
+        body = SUBSTRING(source FROM POSITION(nl || 'AS' || nl IN source) + 1);
+        IF (NOT EXISTS (SELECT 1 FROM RDB$TRIGGERS
+                        WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME AND RDB$RELATION_NAME = :TABLE_NAME
+                          AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
+                          AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
+            EXECUTE STATEMENT source;
         -- The trigger writes EVENT_LOG for writers who may not: it gets the
         -- right itself (CREATE OR ALTER keeps it). The table's owner gets
         -- it with the grant option: when the owner's own migration makes a
@@ -395,29 +381,30 @@ BEGIN
         END
     END
     ELSE IF (REASON <> 'no table') THEN
-        EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:TABLE_NAME, '');
+        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
+            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
     SUSPEND;
 END;
 
 -- name: before_ddl_trigger
+-- Renaming a column a capture trigger reads is refused by the engine; this
+-- says why and what to do instead. Nothing else is done before a DDL
+-- statement: the engine checks a dropped column's dependencies at commit,
+-- after the AFTER trigger below has regenerated the capture trigger without
+-- it, so the capture trigger is never emptied or disabled, not even for a
+-- moment another attachment could see (see EVENT_CAPTURE_SYNC).
 CREATE OR ALTER TRIGGER EVENT_CAPTURE_BEFORE_DDL
-ACTIVE BEFORE ALTER TABLE OR ALTER DOMAIN POSITION 32000
+ACTIVE BEFORE ALTER TABLE POSITION 32000
 AS
 DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
 BEGIN
-    IF (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'TABLE') THEN
-    BEGIN
-        table_name = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME');
-        IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :table_name)) THEN
-            EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:table_name, RDB$GET_CONTEXT('DDL_TRIGGER', 'SQL_TEXT'));
-    END
-    ELSE
-        FOR SELECT DISTINCT TRIM(rf.RDB$RELATION_NAME) FROM RDB$RELATION_FIELDS rf
-            WHERE rf.RDB$FIELD_SOURCE = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME')
-              AND EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER s WHERE s.TABLE_NAME = TRIM(rf.RDB$RELATION_NAME))
-            INTO table_name
-        DO
-            EXECUTE PROCEDURE EVENT_CAPTURE_STUB(:table_name, '');
+    table_name = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME');
+    IF (EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :table_name)
+        AND UPPER(RDB$GET_CONTEXT('DDL_TRIGGER', 'SQL_TEXT')) SIMILAR TO
+            '%ALTER[[:SPACE:]]+(COLUMN[[:SPACE:]]+)?("[^"]+"|[^[:SPACE:]"]+)[[:SPACE:]]+TO[[:SPACE:]]+%') THEN
+        EXCEPTION EVENT_CAPTURE_REFUSED
+            'subs captures table ' || table_name || ' and Firebird cannot rename its columns under a trigger: '
+            || 'add the new column, copy the values (UPDATE), then drop the old one';
 END;
 
 -- name: after_ddl_trigger
@@ -453,17 +440,11 @@ GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_BEFORE_DDL;
 -- name: grant_ddl_rights_after
 GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
--- name: grant_stub
-GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_STUB TO TRIGGER EVENT_CAPTURE_BEFORE_DDL;
-
 -- name: grant_sync
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
 -- name: grant_source
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_CAPTURE_SYNC;
-
--- name: grant_stub_to_sync
-GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_STUB TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: grant_source_read
 GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;

@@ -137,35 +137,47 @@ def test_tables_without_subscriptions_are_left_alone(settings):
 class Writer(threading.Thread):
     """Inserts, updates and deletes rows of PEOPLE in short transactions until
     stopped; a write the DDL made fail is the engine's business, not ours, and
-    simply not counted (the witness trigger counts what committed)."""
+    simply not counted (the witness trigger counts what committed). With
+    ``connect_each_time`` it attaches anew for every transaction, as an
+    application that connects per request does: such an attachment reads the
+    table's triggers while DDL may be under way."""
 
-    def __init__(self, settings, first_id: int) -> None:
+    def __init__(self, settings, first_id: int, connect_each_time: bool = False) -> None:
         super().__init__(daemon=True)
         self.settings = settings
         self.next_id = first_id
+        self.connect_each_time = connect_each_time
         self.stop = threading.Event()
         self.committed = 0
         self.refused: list[str] = []
 
     def run(self) -> None:
-        with Database(self.settings) as db:
-            while not self.stop.is_set():
-                row = self.next_id
-                self.next_id += 1
-                try:
-                    with db.transaction() as cursor:
-                        cursor.execute("INSERT INTO PEOPLE (ID) VALUES (?)", (row,))
-                        cursor.execute("UPDATE PEOPLE SET ID = ID WHERE ID = ?", (row,))
-                        if row % 3 == 0:
-                            cursor.execute("DELETE FROM PEOPLE WHERE ID = ?", (row,))
-                    self.committed += 1
-                except DatabaseError as exc:
-                    self.refused.append(str(exc).splitlines()[-1])
+        while not self.stop.is_set():
+            with Database(self.settings) as db:
+                self._write(db)
+                while not self.connect_each_time and not self.stop.is_set():
+                    self._write(db)
+
+    def _write(self, db: Database) -> None:
+        row = self.next_id
+        self.next_id += 1
+        try:
+            with db.transaction() as cursor:
+                cursor.execute("INSERT INTO PEOPLE (ID) VALUES (?)", (row,))
+                cursor.execute("UPDATE PEOPLE SET ID = ID WHERE ID = ?", (row,))
+                if row % 3 == 0:
+                    cursor.execute("DELETE FROM PEOPLE WHERE ID = ?", (row,))
+            self.committed += 1
+        except DatabaseError as exc:
+            self.refused.append(str(exc).splitlines()[-1])
 
 
 def test_no_committed_change_is_lost_while_the_application_migrates(people):
     """Every DDL above, while writers keep writing: each committed change is in
-    the log exactly once, counted against an independent witness trigger."""
+    the log exactly once, counted against an independent witness trigger.
+    Until schema version 13 the capture trigger was emptied for the length of
+    an ALTER TABLE, and an attachment made meanwhile used the empty one: about
+    one change per DDL of the writer that connects each time was lost."""
     execute(people, "CREATE TABLE WITNESS (ID INTEGER, ACTION CHAR(1))")
     execute(
         people,
@@ -173,7 +185,7 @@ def test_no_committed_change_is_lost_while_the_application_migrates(people):
         "INSERT INTO WITNESS VALUES (IIF(DELETING, OLD.ID, NEW.ID), IIF(INSERTING, 'I', IIF(UPDATING, 'U', 'D'))); END",
     )
     execute(people, "CREATE DOMAIN D_AGE AS SMALLINT")
-    writers = [Writer(people, first_id) for first_id in (1, 1_000_000, 2_000_000)]
+    writers = [Writer(people, 1), Writer(people, 1_000_000), Writer(people, 2_000_000, connect_each_time=True)]
     for writer in writers:
         writer.start()
 
@@ -190,6 +202,8 @@ def test_no_committed_change_is_lost_while_the_application_migrates(people):
         lambda: after_some_writes("ALTER TABLE PEOPLE ADD AGE D_AGE"),
         lambda: after_some_writes("ALTER DOMAIN D_AGE TYPE INTEGER"),
         lambda: after_some_writes("ALTER TABLE PEOPLE ALTER EMAIL POSITION 1"),
+        lambda: after_some_writes("ALTER TABLE PEOPLE ALTER NAME SET DEFAULT 'n/a'"),
+        lambda: after_some_writes("ALTER TABLE PEOPLE ADD NOTE VARCHAR(10)", "ALTER TABLE PEOPLE DROP NOTE"),
     ]
     # (A primary key cannot change while writers write: Firebird refuses to
     # drop its index with "object TABLE is in use", with or without subs.)
