@@ -101,16 +101,25 @@ def index_is_active() -> str:
     return "SELECT COALESCE(RDB$INDEX_INACTIVE, 0) FROM RDB$INDICES WHERE RDB$INDEX_NAME = 'IX_EVENT_LOG_QUEUE'"
 
 
+def settled_fetches_per_claim(settings) -> int:
+    """The fewest page fetches of three claims. A claim soon after the log or
+    its index changed may still walk garbage that the collector has not
+    reached (the first claim after the deletes fetches more, and collects
+    it). Once, with another test process busy on the Firebird 3 server, the
+    claim after the rebuild fetched 292 pages instead of about 170; the
+    cause was not found, and a single figure made the test fail."""
+    return min(fetches_per_claim(settings) for _ in range(3))
+
+
 def test_rebuild_drops_the_pages_left_by_handled_events(items):
     (sub_id,) = query(items, "SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE ACTION = 'I'")[0]
     execute(items, HISTORY, params=(sub_id, 50_000))
     execute(items, "DELETE FROM EVENT_LOG")
     insert(items, 1, 1)
-    fetches_per_claim(items)  # collects the deleted versions' garbage
-    with_history = fetches_per_claim(items)
+    with_history = settled_fetches_per_claim(items)
     with Database(items) as db:
         assert housekeeping.rebuild_queue_index(db)
-    rebuilt = fetches_per_claim(items)
+    rebuilt = settled_fetches_per_claim(items)
     assert rebuilt * 2 < with_history, (rebuilt, with_history)
     assert query(items, index_is_active()) == [(0,)]
 
