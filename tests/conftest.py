@@ -4,7 +4,9 @@ Firebird 3 server started on 127.0.0.1."""
 
 from __future__ import annotations
 
+import fcntl
 import shutil
+import tempfile
 import time
 import uuid
 import warnings
@@ -29,6 +31,12 @@ ENGINES = (EMBEDDED, "fb3")
 ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
 SERVER_LOG_OFFSET = pytest.StashKey[int]()
 SERVER_CRASH = pytest.StashKey[str]()
+# Test processes (pytest-xdist workers, see dev.sh) take turns: every test
+# holds TURN_LOCK shared, a test marked `alone` holds it exclusively. A test
+# waiting to run alone holds GATE_LOCK, which each test passes on its way in,
+# so that a steady stream of shared turns cannot keep it waiting for ever.
+TURN_LOCK = Path(tempfile.gettempdir()) / "subs-tests-turn.lock"
+GATE_LOCK = Path(tempfile.gettempdir()) / "subs-tests-gate.lock"
 
 
 def uses_fb3_server(item: pytest.Item) -> bool:
@@ -55,6 +63,27 @@ def crashed_under(item: pytest.Item, error: BaseException | None) -> bool:
     warnings.warn(f"the Firebird 3 server crashed under this test, which runs again: {item.stash[SERVER_CRASH]}")
     fb3server.start()  # the guardian restarts it; wait until it listens
     return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: no other test runs meanwhile (the test restarts the Firebird 3 server, "
+        "or its time bounds assume a machine not busy with other tests)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Wait for this test's turn: beside other tests, or alone when it is
+    marked so. Autouse, so set up before the test's own fixtures (its
+    databases, listeners) and held until they are torn down."""
+    alone = request.node.get_closest_marker("alone") is not None
+    with GATE_LOCK.open("a") as gate, TURN_LOCK.open("a") as turn_lock:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turn_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 @pytest.hookimpl(tryfirst=True)

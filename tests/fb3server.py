@@ -3,6 +3,8 @@ for the tests. Needs root (CI and the developer machines run as root)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -11,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HOST, PORT = "127.0.0.1", 3050
@@ -21,6 +24,9 @@ FBGUARD = "/usr/sbin/fbguard"
 RUN_DIR = Path("/run/firebird3.0")
 # What the guardian logs when the server died on its own (not stopped by us).
 CRASHED = "terminated abnormally"
+# Test processes (pytest-xdist workers, the soak) share one server: they
+# start and stop it one at a time.
+CONTROL_LOCK = Path(tempfile.gettempdir()) / "subs-tests-fb3-control.lock"
 
 
 def listening() -> bool:
@@ -72,11 +78,23 @@ def _log_tail(lines: int = 6) -> str:
     return " | ".join(entries[-lines:])
 
 
+@contextlib.contextmanager
+def _controlling() -> Iterator[None]:
+    with CONTROL_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def start() -> None:
+    with _controlling():
+        _start()
+
+
+def _start() -> None:
     if not Path(FBGUARD).exists():
         raise RuntimeError("firebird3.0-server is not installed; run ./dev.sh test")
     if _bind_to_loopback():
-        stop()
+        _stop()
     if listening():
         return
     if _pids("fbguard"):
@@ -85,7 +103,7 @@ def start() -> None:
             _wait(listening, "start listening", timeout=10)
             return
         except RuntimeError:
-            stop()
+            _stop()
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     shutil.chown(RUN_DIR, "firebird", "firebird")
     guard = subprocess.run(
@@ -134,6 +152,11 @@ def _terminate(name: str) -> None:
 
 
 def stop() -> None:
+    with _controlling():
+        _stop()
+
+
+def _stop() -> None:
     """The guardian first, so that it cannot start a new server behind our back."""
     _terminate("fbguard")
     _terminate("firebird")
@@ -141,8 +164,9 @@ def stop() -> None:
 
 
 def restart() -> None:
-    stop()
-    start()
+    with _controlling():
+        _stop()
+        _start()
 
 
 def log_size() -> int:

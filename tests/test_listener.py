@@ -406,6 +406,7 @@ def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
     assert "database connection lost" in listener.output()
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)
 def test_rides_through_a_server_restart(items, tmp_path, listeners):
     """Firebird 3 server stopped and started under a running listener: its

@@ -96,6 +96,7 @@ def stop_leftovers(soak: subprocess.Popen[str], workdir: Path) -> None:
     soak.communicate()
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])
 @pytest.mark.parametrize(
     "engine", ["fb3", pytest.param("fb5", marks=pytest.mark.flaky(reruns=1, condition=engine_wedged))]
