@@ -301,7 +301,12 @@ def newest_columns_per_writer(settings) -> dict[bool, list[str]]:
     return newest
 
 
+@pytest.mark.alone
 def test_no_change_is_lost_with_writers_in_processes_of_their_own(people, tmp_path):
+    """Alone: with the machine busy, a writer process's metadata cache can
+    lag a committed DDL for long: with two busy loops beside it, 1 run in 5
+    failed on schema version 12 and 3 in 18 on version 13; once in a run
+    with two test processes."""
     execute(people, "CREATE TABLE WITNESS (ID INTEGER, ACTION CHAR(1))")
     execute(
         people,
@@ -333,10 +338,16 @@ def test_no_change_is_lost_with_writers_in_processes_of_their_own(people, tmp_pa
         ):
             execute(people, statement)
             time.sleep(1)
-        wait_until(
-            lambda: newest_columns_per_writer(people) == {False: ["ID", "NAME"], True: ["ID", "NAME"]},
-            what="both writers' changes to be captured without EMAIL",
-        )
+        seen: list[dict[bool, list[str]]] = []
+
+        def both_without_email() -> bool:
+            seen.append(newest_columns_per_writer(people))
+            return seen[-1] == {False: ["ID", "NAME"], True: ["ID", "NAME"]}
+
+        try:
+            wait_until(both_without_email, what="both writers' changes to be captured without EMAIL")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; newest columns per writer: {seen[-1]}") from None
     finally:
         stop.touch()
         for writer in writers:
