@@ -1,8 +1,9 @@
 -- The capture trigger's generator, and the database triggers that keep every
 -- subscribed table's capture trigger in step with the table through the
 -- application's own DDL. The generator lives in the database because DDL
--- must regenerate the trigger inside the DDL's own transaction: a change
--- written right after an ALTER TABLE commits is captured with the new shape.
+-- must regenerate the trigger inside the DDL's own transaction, as it
+-- commits: a change written right after an ALTER TABLE commits is captured
+-- with the new shape.
 -- A fresh install runs these blocks after schema.sql's (schema/upgrade.py);
 -- migrations keep frozen copies.
 --
@@ -408,6 +409,18 @@ BEGIN
 END;
 
 -- name: after_ddl_trigger
+-- DDL on a subscribed table (or on a domain one of its columns uses) only
+-- marks the table; EVENT_CAPTURE_AT_COMMIT regenerates its capture trigger
+-- when the DDL's transaction commits. Regenerated here, the new trigger
+-- would be seen, uncommitted, by every attachment that reads the table's
+-- triggers while the DDL's transaction is open (the engine reads metadata
+-- past transactions) and by writes in the DDL's own transaction, all of
+-- which still write the old shape of the table: a trigger reading a column
+-- added by the DDL failed their writes ("column ... is not defined"), and
+-- went on failing them after a rollback until they reconnected. A primary
+-- key too long to capture is refused here, at the statement. The marks are
+-- context variables of the transaction, named by a hash of the table name
+-- (a collision only regenerates a trigger that did not need it).
 CREATE OR ALTER TRIGGER EVENT_CAPTURE_AFTER_DDL
 ACTIVE AFTER CREATE TABLE OR ALTER TABLE OR ALTER DOMAIN POSITION 32000
 AS
@@ -425,23 +438,60 @@ BEGIN
         INTO table_name
     DO
     BEGIN
-        SELECT REASON FROM EVENT_CAPTURE_SYNC(:table_name) INTO reason;
+        SELECT REASON FROM EVENT_CAPTURE_SOURCE(:table_name) INTO reason;
         IF (reason = 'key too long') THEN
             EXCEPTION EVENT_CAPTURE_REFUSED
                 'subs captures table ' || table_name || ' and its new primary key is longer than subs can capture '
                 || '(1000 bytes): keep a shorter key, or `subs remove` its subscriptions first';
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), 1);
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', 1);
+    END
+END;
+
+-- name: commit_trigger
+-- Regenerates the capture triggers of the tables the committing
+-- transaction's DDL marked (EVENT_CAPTURE_AFTER_DDL). The engine runs
+-- commit triggers before it applies the transaction's DDL, so the new
+-- trigger commits together with the new shape of its table, and the
+-- dependencies of a dropped column are checked against it. It runs on
+-- COMMIT RETAINING too, and then clears the marks. Every other commit in
+-- the database pays one context lookup.
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_AT_COMMIT
+ACTIVE ON TRANSACTION COMMIT POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
+BEGIN
+    IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC') IS NOT NULL) THEN
+    BEGIN
+        FOR SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER
+            WHERE RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(TRIM(TABLE_NAME))) IS NOT NULL
+            INTO table_name
+        DO
+        BEGIN
+            SELECT REASON FROM EVENT_CAPTURE_SYNC(:table_name) INTO reason;
+            RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
+        END
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', NULL);
     END
 END;
 
 -- name: grant_ddl_rights
--- DDL triggers run for every user's DDL: they get what they read and run.
+-- DDL triggers run for every user's DDL, and the commit trigger for every
+-- commit: they get what they read and run.
 GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_BEFORE_DDL;
 
 -- name: grant_ddl_rights_after
 GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
+-- name: grant_source_after
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
+
+-- name: grant_commit_rights
+GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AT_COMMIT;
+
 -- name: grant_sync
-GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AT_COMMIT;
 
 -- name: grant_source
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_CAPTURE_SYNC;

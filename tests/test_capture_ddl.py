@@ -1,6 +1,6 @@
 """The application's own DDL runs unchanged on subscribed tables, and no
-committed change is lost across it: database DDL triggers regenerate the
-capture trigger inside the DDL's transaction (sql/capture.sql)."""
+committed change is lost across it: database triggers regenerate the
+capture trigger as the DDL's transaction commits (sql/capture.sql)."""
 
 from __future__ import annotations
 
@@ -128,13 +128,14 @@ def test_renaming_a_column_is_refused_with_the_way_to_do_it(people):
 
 
 def test_a_change_a_when_condition_cannot_follow_is_refused_and_changes_nothing(people):
-    """The regenerated trigger is compiled at commit: Firebird refuses the
-    change with its own message, and nothing changes."""
+    """The trigger is regenerated at commit: Firebird refuses the commit
+    with its own message, and nothing changes."""
     Subs(people).ok("add", "people", "I", "adults", "--when", "NEW.AGE >= 18")
     before = query(people, "SELECT RDB$TRIGGER_SOURCE FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = 'SUBS$PEOPLE'")
     with pytest.raises(DatabaseError) as refused:
         execute(people, "ALTER TABLE PEOPLE DROP AGE")
-    assert "column AGE is not defined in table PEOPLE" in str(refused.value)
+    assert "CREATE OR ALTER TRIGGER SUBS$PEOPLE failed" in str(refused.value)
+    assert "NEW.AGE" in str(refused.value)
     assert query(people, "SELECT RDB$TRIGGER_SOURCE FROM RDB$TRIGGERS WHERE RDB$TRIGGER_NAME = 'SUBS$PEOPLE'") == before
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     assert sorted(e["tag"] for e in events(people)) == ["adults", "audit"]
@@ -144,6 +145,73 @@ def test_tables_without_subscriptions_are_left_alone(settings):
     execute(settings, "CREATE TABLE OTHER (ID INTEGER NOT NULL PRIMARY KEY, A INTEGER)")
     execute(settings, "ALTER TABLE OTHER ALTER A TO B", "ALTER TABLE OTHER DROP B")
     assert query(settings, "SELECT COUNT(*) FROM RDB$TRIGGERS WHERE RDB$RELATION_NAME = 'OTHER'") == [(0,)]
+
+
+def insert(db: Database, *values: object) -> None:
+    with db.transaction() as cursor:
+        cursor.execute("INSERT INTO PEOPLE (ID, NAME, AGE) VALUES (?, ?, ?)", values)
+
+
+def test_an_application_that_connects_while_a_migration_is_open_writes_as_without_subs(people):
+    """The capture trigger changes as the DDL commits, never before: the
+    engine shows an attachment that first reads a table while a DDL
+    transaction is open that transaction's uncommitted triggers, and keeps
+    them after a rollback. Until schema version 14 the trigger that read the
+    added column failed this attachment's writes ("column EMAIL is not
+    defined in table PEOPLE"), during the migration and after its rollback."""
+    with Database(people) as migration:
+        migration.connection.begin()
+        migration.connection.cursor().execute("ALTER TABLE PEOPLE ADD EMAIL VARCHAR(40)")
+        with Database(people) as application:
+            insert(application, 1, "Ann", 30)
+            migration.connection.rollback()
+            insert(application, 2, "Bob", 40)
+            migration.connection.begin()
+            migration.connection.cursor().execute("ALTER TABLE PEOPLE ADD EMAIL VARCHAR(40)")
+            insert(application, 3, "Cy", 50)
+            migration.connection.commit()
+            insert(application, 4, "Di", 60)
+    execute(people, "INSERT INTO PEOPLE VALUES (5, 'Ed', 70, 'ed@example.com')")
+    assert [e["new"] for e in events(people)] == [
+        {"ID": 1, "NAME": "Ann", "AGE": 30},
+        {"ID": 2, "NAME": "Bob", "AGE": 40},
+        {"ID": 3, "NAME": "Cy", "AGE": 50},
+        {"ID": 4, "NAME": "Di", "AGE": 60, "EMAIL": None},
+        {"ID": 5, "NAME": "Ed", "AGE": 70, "EMAIL": "ed@example.com"},
+    ]
+    assert Subs(people)("status", "--check").exit_code == 0
+
+
+def test_a_migration_that_writes_the_table_in_its_own_transaction(people):
+    """Its writes see the table as it was: they are captured in that shape,
+    and the new column from the next transaction on."""
+    execute(
+        people,
+        "ALTER TABLE PEOPLE ADD EMAIL VARCHAR(40)",
+        "INSERT INTO PEOPLE (ID, NAME) VALUES (1, 'Ann')",
+        "UPDATE PEOPLE SET AGE = 30 WHERE ID = 1",
+    )
+    execute(people, "UPDATE PEOPLE SET EMAIL = 'ann@example.com' WHERE ID = 1")
+    assert [e["new"] for e in events(people)] == [
+        {"ID": 1, "NAME": "Ann", "AGE": None},
+        {"ID": 1, "NAME": "Ann", "AGE": 30},
+        {"ID": 1, "NAME": "Ann", "AGE": 30, "EMAIL": "ann@example.com"},
+    ]
+
+
+def test_ddl_committed_with_commit_retaining(people):
+    """Commit triggers run on COMMIT RETAINING too: a dropped column's
+    dependencies are checked then, against the regenerated trigger."""
+    with Database(people) as db:
+        db.connection.begin()
+        cursor = db.connection.cursor()
+        cursor.execute("ALTER TABLE PEOPLE DROP AGE")
+        db.connection.commit(retaining=True)
+        cursor.execute("ALTER TABLE PEOPLE ADD EMAIL VARCHAR(40)")
+        db.connection.commit(retaining=True)
+        db.connection.commit()
+    execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 'ann@example.com')")
+    assert last_new(people) == {"ID": 1, "NAME": "Ann", "EMAIL": "ann@example.com"}
 
 
 class Writer(threading.Thread):
