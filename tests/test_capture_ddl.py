@@ -216,8 +216,10 @@ def test_ddl_committed_with_commit_retaining(people):
 
 class Writer(threading.Thread):
     """Inserts, updates and deletes rows of PEOPLE in short transactions until
-    stopped; a write the DDL made fail is the engine's business, not ours, and
-    simply not counted (the witness trigger counts what committed). With
+    stopped; a write that fails is kept in ``refused`` and not counted (the
+    witness trigger counts what committed). An attachment made while a DDL
+    commits can read the new capture trigger before the table's new shape,
+    and a write of it fail (docs/ARCHITECTURE.md, "Schema changes"). With
     ``connect_each_time`` it attaches anew for every transaction, as an
     application that connects per request does: such an attachment reads the
     table's triggers while DDL may be under way."""
