@@ -11,7 +11,7 @@ from subscriptions.db.connection import Database, read_text
 from subscriptions.delivery.claims import Claimer, load_targets
 from subscriptions.schema import upgrade as schema
 
-from conftest import Subs, another_database, assert_one_line_error, execute, query, queue_index_segments
+from conftest import Subs, another_database, assert_one_line_error, events, execute, query, queue_index_segments
 
 TABLE = '"Bücher"'
 LAST_ERROR_TYPE = """SELECT F.RDB$FIELD_TYPE FROM RDB$RELATION_FIELDS RF
@@ -230,6 +230,26 @@ def catalogue(settings) -> dict[str, list[tuple]]:
             cursor.execute(statement)
             found[name] = sorted((tuple(map(clean, row)) for row in cursor.fetchall()), key=repr)
         return found
+
+
+def test_version_13_upgraded_follows_the_application_s_ddl_at_its_commit(empty_settings):
+    """Version 13 regenerated the capture trigger at the DDL statement: an
+    attachment made before the migration committed failed its writes
+    ("column ISBN is not defined"). Upgraded, it writes and is captured."""
+    install_version_1(empty_settings)
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=13)
+    assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 13 to {schema.LATEST}"
+    with Database(empty_settings) as migration:
+        migration.connection.begin()
+        migration.connection.cursor().execute(f"ALTER TABLE {TABLE} ADD ISBN VARCHAR(20)")
+        execute(empty_settings, f"INSERT INTO {TABLE} (ID, TITLE) VALUES (1, 'Dune')")
+        migration.connection.commit()
+    execute(empty_settings, f"INSERT INTO {TABLE} VALUES (2, 'Emma', '978-0')")
+    assert [e["new"] for e in events(empty_settings)] == [
+        {"ID": 1, "TITLE": "Dune"},
+        {"ID": 2, "TITLE": "Emma", "ISBN": "978-0"},
+    ]
 
 
 def test_an_upgraded_database_has_the_system_tables_of_a_fresh_install(empty_settings):
