@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from firebird.driver import DatabaseError
 
+from subscriptions.capture.trigger_sync import ChangedTriggerSettler
+from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 
 from conftest import Subs, assert_one_line_error, events, execute, query
@@ -72,6 +74,21 @@ def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_use
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     assert len(handled(listener.lines())) == 3 and remaining(items) == 0
+
+
+def test_a_listener_without_alter_rights_warns_once_that_it_cannot_settle_triggers(items, make_user, caplog):
+    listener_user = make_user("listener")
+    Subs(items).ok("grant", listener_user.user)
+    settler = ChangedTriggerSettler()
+    with Database(listener_user) as db:
+        settler.settle(db)
+        execute(items, "ALTER TABLE ITEMS ADD EMAIL VARCHAR(40)")
+        assert settler.settle(db) == []
+        execute(items, "ALTER TABLE ITEMS DROP EMAIL")
+        assert settler.settle(db) == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "cannot settle capture triggers" in warnings[0], warnings
+    assert "grant this user ALTER ANY TABLE" in warnings[0]
 
 
 @pytest.mark.parametrize("typed", ["two words", "x;DROP TABLE EVENT_LOG", '"unclosed', ""])

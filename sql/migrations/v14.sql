@@ -15,14 +15,15 @@
 -- marks the table; EVENT_CAPTURE_AT_COMMIT regenerates its capture trigger
 -- when the DDL's transaction commits. Regenerated here, the new trigger
 -- would be seen, uncommitted, by every attachment that reads the table's
--- triggers while the DDL's transaction is open (the engine reads metadata
--- past transactions) and by writes in the DDL's own transaction, all of
--- which still write the old shape of the table: a trigger reading a column
--- added by the DDL failed their writes ("column ... is not defined"), and
--- went on failing them after a rollback until they reconnected. A primary
--- key too long to capture is refused here, at the statement. The marks are
--- context variables of the transaction, named by a hash of the table name
--- (a collision only regenerates a trigger that did not need it).
+-- triggers while the DDL's transaction is open (the engine's metadata
+-- reads see uncommitted changes) and by writes in the DDL's own
+-- transaction, all of which still write the old shape of the table: a
+-- trigger reading a column added by the DDL failed their writes ("column
+-- ... is not defined"), and went on failing them after a rollback until
+-- they reconnected. A primary key too long to capture is refused here, at
+-- the statement. The marks are context variables of the transaction, named
+-- by a hash of the table name (a collision only regenerates a trigger that
+-- did not need it).
 CREATE OR ALTER TRIGGER EVENT_CAPTURE_AFTER_DDL
 ACTIVE AFTER CREATE TABLE OR ALTER TABLE OR ALTER DOMAIN POSITION 32000
 AS

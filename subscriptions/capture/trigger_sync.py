@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from typing import Any
 
-from firebird.driver import Cursor
+from firebird.driver import Cursor, DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
+from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
 from .metadata import Table, find_table, load_table
 from .triggers import Subscription
+
+log = logging.getLogger("subs.capture")
 
 # EVENT_LOG.PK_ROW's width: the generator refuses a longer captured key.
 MAX_KEY_BYTES = 1000
@@ -90,3 +94,59 @@ def refresh_all(db: Database) -> list[str]:
     for name in tables:
         db.run(functools.partial(settle_trigger, table=name))
     return tables
+
+
+class ChangedTriggerSettler:
+    """Settles the capture triggers the application's DDL regenerated (the
+    commit trigger of sql/capture.sql), as ``settle_trigger`` does after
+    `subs add/remove`: on embedded Firebird 5 a writer process went on
+    capturing a dropped column for over 30 s after the DROP had committed,
+    until a touch of the trigger ended it within 0.1 s. The listener's
+    housekeeping calls ``settle`` whenever it connects."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int]] | None = None
+        self._allowed = True
+
+    def settle(self, db: Database) -> list[str]:
+        """Touch every capture trigger whose text or state changed since the
+        last call, and every new one (none on the first call); returns their
+        tables. Without the right to alter them, warns once and stops."""
+        if not self._allowed:
+            return []
+
+        def versions(cursor: Cursor) -> list[tuple[str, str, int, int]]:
+            cursor.execute(sql.load("metadata")["capture_trigger_versions"])
+            return [(str(trigger), str(table), int(text), int(state)) for trigger, table, text, state in cursor]
+
+        current = db.run(versions)
+        seen, self._seen = self._seen, {trigger: (text, state) for trigger, _, text, state in current}
+        if seen is None:
+            log.info("watching %s capture trigger(s) for the application's DDL", len(current))
+            return []
+        settled: list[str] = []
+        for trigger, table, text, state in current:
+            if seen.get(trigger) == (text, state):
+                continue
+            try:
+                db.run(functools.partial(_touch, trigger=trigger))
+            except DatabaseError as exc:
+                if NO_PRIVILEGE in codes(exc):
+                    self._allowed = False
+                    log.warning(
+                        "cannot settle capture triggers after the application's DDL (%s): grant this "
+                        "user ALTER ANY TABLE, or writer processes of an embedded database may "
+                        "capture a table's old shape until they reconnect",
+                        first_line(exc),
+                    )
+                    return settled
+                self._seen.pop(trigger)  # touched at the next call
+                log.warning("could not settle the capture trigger of %s: %s", table, first_line(exc))
+                continue
+            settled.append(table)
+            log.info("settled the capture trigger of %s after a schema change", table)
+        return settled
+
+
+def _touch(cursor: Cursor, trigger: str) -> None:
+    cursor.execute(sql.with_identifiers(sql.load("subscribers")["touch_trigger"], trigger=trigger))

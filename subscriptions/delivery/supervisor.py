@@ -12,10 +12,11 @@ plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
 housekeeping thread disconnects attachments the server keeps for dead
 claimers (reaper.py) when one dies and every REAP_INTERVAL, fails at once
 the events a dead claimer held (recovery.py), records the console's
-per-minute statistics (stats.py), and rebuilds the claim index every
-REBUILD_EVERY handled events (housekeeping.py). The claimer and its handler
-processes die with their parent (a parent-death signal), so a SIGKILLed
-listener leaves none behind.
+per-minute statistics (stats.py), rebuilds the claim index every
+REBUILD_EVERY handled events (housekeeping.py), and settles the capture
+triggers the application's DDL regenerated (capture/trigger_sync.py). The
+claimer and its handler processes die with their parent (a parent-death
+signal), so a SIGKILLed listener leaves none behind.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from multiprocessing.process import BaseProcess
 
 from firebird.driver import DatabaseError
 
+from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.db.retry import Backoff
@@ -84,9 +86,11 @@ class Supervisor:
         transactions still holds it); every RECORD_INTERVAL, record the
         per-minute statistics; every BACKLOG_INTERVAL, sample the backlog;
         once REBUILD_EVERY events were handled since the last rebuild,
-        rebuild the claim index; every PRUNE_INTERVAL, prune statistics. It
-        connects only when there is work."""
+        rebuild the claim index; every PRUNE_INTERVAL, prune statistics.
+        Whenever it connects, it settles the capture triggers the
+        application's DDL regenerated. It connects only when there is work."""
         unsettled: list[tuple[str, str]] = []
+        settler = ChangedTriggerSettler()
         next_reap = time.monotonic() + reaper.REAP_INTERVAL
         next_prune = next_sample = time.monotonic()
         while not self.done.is_set():
@@ -123,6 +127,7 @@ class Supervisor:
                         stats.prune(db)
                     if rebuild and rebuild_claim_index(db):
                         self.handled_since_rebuild = 0
+                    settler.settle(db)
             except (DatabaseError, SubsError) as exc:
                 log.warning("housekeeping: %s", first_line(exc))
 
