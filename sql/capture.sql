@@ -456,7 +456,12 @@ END;
 -- trigger commits together with the new shape of its table, and the
 -- dependencies of a dropped column are checked against it. It runs on
 -- COMMIT RETAINING too, and then clears the marks. Every other commit in
--- the database pays one context lookup.
+-- the database pays one context lookup. It names subs's objects only in
+-- dynamic statements: an attachment loads the database's triggers once,
+-- and one made while `subs init` installs them loads this one uncommitted;
+-- a static reference to EVENT_SUBSCRIBER, not yet committed either, would
+-- make every commit of that attachment fail ("column TABLE_NAME is not
+-- defined in table EVENT_SUBSCRIBER").
 CREATE OR ALTER TRIGGER EVENT_CAPTURE_AT_COMMIT
 ACTIVE ON TRANSACTION COMMIT POSITION 32000
 AS
@@ -465,14 +470,17 @@ DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
 BEGIN
     IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC') IS NOT NULL) THEN
     BEGIN
-        FOR SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER
-            WHERE RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(TRIM(TABLE_NAME))) IS NOT NULL
+        FOR EXECUTE STATEMENT 'SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER'
+            WITH CALLER PRIVILEGES
             INTO table_name
         DO
-        BEGIN
-            SELECT REASON FROM EVENT_CAPTURE_SYNC(:table_name) INTO reason;
-            RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
-        END
+            IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name)) IS NOT NULL) THEN
+            BEGIN
+                EXECUTE STATEMENT ('SELECT REASON FROM EVENT_CAPTURE_SYNC(?)') (table_name)
+                    WITH CALLER PRIVILEGES
+                    INTO reason;
+                RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
+            END
         RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', NULL);
     END
 END;
@@ -487,6 +495,12 @@ GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
 -- name: grant_source_after
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
+
+-- name: grant_sync_after
+-- An attachment keeps the database triggers it loaded when it attached: one
+-- made before version 14 still runs the AFTER trigger that called
+-- EVENT_CAPTURE_SYNC itself (and no commit trigger), so the right stays.
+GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
 -- name: grant_commit_rights
 GRANT SELECT ON EVENT_SUBSCRIBER TO TRIGGER EVENT_CAPTURE_AT_COMMIT;

@@ -240,7 +240,7 @@ def test_a_trigger_the_application_s_ddl_regenerated_is_settled_once(people):
         assert settler.settle(db) == []  # a touch leaves the text as it was
         execute(people, "DROP TABLE PEOPLE")
         execute(people, TABLE)
-        assert settler.settle(db) == ["PEOPLE"]  # a new trigger
+        assert settler.settle(db) == ["PEOPLE"]  # the new table's trigger, without EMAIL
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     assert last_new(people) == {"ID": 1, "NAME": "Ann", "AGE": 30}
 

@@ -3,7 +3,12 @@ subscriptions and events logged by older triggers, upgraded by `subs init`."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+
+import pytest
 
 from subscriptions.capture.values import decode
 from subscriptions.db import sql as queries
@@ -250,6 +255,57 @@ def test_version_13_upgraded_follows_the_application_s_ddl_at_its_commit(empty_s
         {"ID": 1, "TITLE": "Dune"},
         {"ID": 2, "TITLE": "Emma", "ISBN": "978-0"},
     ]
+
+
+# An application process: commits a transaction whenever it reads a line.
+APPLICATION = """
+import os, sys
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+with Database(ConnectionSettings(sys.argv[1], sys.argv[2], os.environ.get("ISC_PASSWORD"))) as db:
+    for line in sys.stdin:
+        try:
+            print(db.fetch_value("SELECT 'committed' FROM RDB$DATABASE"), flush=True)
+        except Exception as exc:
+            print(str(exc).splitlines()[-1], flush=True)
+"""
+
+
+@pytest.mark.parametrize("install_ends", ["rollback", "commit"])
+def test_an_application_attached_while_subs_is_installed_goes_on_committing(empty_settings, install_ends):
+    """An attachment loads the database's triggers once, when it attaches;
+    one made while `subs init` installs them commits as before, whether the
+    install then commits or rolls back. (The commit trigger names subs's
+    tables only in dynamic statements: when it named EVENT_SUBSCRIBER, the
+    second of two `subs init` at once, attached while the first committed,
+    failed to commit with "column TABLE_NAME is not defined in table
+    EVENT_SUBSCRIBER". This test does not hit that moment.)"""
+    environment = {**os.environ, "ISC_PASSWORD": empty_settings.password or ""}
+    with Database(empty_settings) as install:
+        install.connection.begin()
+        cursor = install.connection.cursor()
+        for statement in schema.fresh_install().values():
+            cursor.execute(statement)
+        application = subprocess.Popen(
+            [sys.executable, "-c", APPLICATION, empty_settings.dsn, empty_settings.effective_user],
+            env=environment,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert application.stdin and application.stdout
+        try:
+            commits = []
+            for step in ("during", install_ends):
+                if step != "during":
+                    getattr(install.connection, step)()
+                application.stdin.write("commit\n")
+                application.stdin.flush()
+                commits.append(application.stdout.readline().strip())
+        finally:
+            application.stdin.close()
+            application.wait(30)
+    assert commits == ["committed", "committed"]
 
 
 def test_an_upgraded_database_has_the_system_tables_of_a_fresh_install(empty_settings):

@@ -6,9 +6,11 @@
 -- ("column ... is not defined") until the DDL committed, and after a
 -- rollback until they reconnected; so did writes to the table in the DDL's
 -- own transaction. Now the AFTER trigger marks the table and the new commit
--- trigger EVENT_CAPTURE_AT_COMMIT regenerates it. Trigger texts do not
--- change. The blocks are frozen copies of sql/capture.sql as it was for
--- version 14.
+-- trigger EVENT_CAPTURE_AT_COMMIT regenerates it. An attachment keeps the
+-- database triggers it loaded when it attached: one made before this
+-- upgrade goes on with version 13's AFTER trigger, which still may run
+-- EVENT_CAPTURE_SYNC. Trigger texts do not change. The blocks are frozen
+-- copies of sql/capture.sql as it was for version 14.
 
 -- name: after_ddl_trigger
 -- DDL on a subscribed table (or on a domain one of its columns uses) only
@@ -58,7 +60,12 @@ END;
 -- trigger commits together with the new shape of its table, and the
 -- dependencies of a dropped column are checked against it. It runs on
 -- COMMIT RETAINING too, and then clears the marks. Every other commit in
--- the database pays one context lookup.
+-- the database pays one context lookup. It names subs's objects only in
+-- dynamic statements: an attachment loads the database's triggers once,
+-- and one made while `subs init` installs them loads this one uncommitted;
+-- a static reference to EVENT_SUBSCRIBER, not yet committed either, would
+-- make every commit of that attachment fail ("column TABLE_NAME is not
+-- defined in table EVENT_SUBSCRIBER").
 CREATE OR ALTER TRIGGER EVENT_CAPTURE_AT_COMMIT
 ACTIVE ON TRANSACTION COMMIT POSITION 32000
 AS
@@ -67,21 +74,20 @@ DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
 BEGIN
     IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC') IS NOT NULL) THEN
     BEGIN
-        FOR SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER
-            WHERE RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(TRIM(TABLE_NAME))) IS NOT NULL
+        FOR EXECUTE STATEMENT 'SELECT DISTINCT TRIM(TABLE_NAME) FROM EVENT_SUBSCRIBER'
+            WITH CALLER PRIVILEGES
             INTO table_name
         DO
-        BEGIN
-            SELECT REASON FROM EVENT_CAPTURE_SYNC(:table_name) INTO reason;
-            RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
-        END
+            IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name)) IS NOT NULL) THEN
+            BEGIN
+                EXECUTE STATEMENT ('SELECT REASON FROM EVENT_CAPTURE_SYNC(?)') (table_name)
+                    WITH CALLER PRIVILEGES
+                    INTO reason;
+                RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
+            END
         RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', NULL);
     END
 END;
-
--- name: revoke_sync
--- EVENT_CAPTURE_AFTER_DDL no longer runs it.
-REVOKE EXECUTE ON PROCEDURE EVENT_CAPTURE_SYNC FROM TRIGGER EVENT_CAPTURE_AFTER_DDL;
 
 -- name: grant_source_after
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO TRIGGER EVENT_CAPTURE_AFTER_DDL;
