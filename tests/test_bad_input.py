@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+from firebird.driver import create_database, driver_config
 
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema import upgrade as schema
@@ -170,6 +172,21 @@ def test_foreign_event_log_table_is_not_taken_over(empty_settings):
     before = state_without_schema(empty_settings)
     assert_one_line_error(Subs(empty_settings)("init"), "EVENT_LOG", "subs did not create")
     assert state_without_schema(empty_settings) == before
+
+
+def test_dialect_1_database_is_refused(empty_settings):
+    """Legacy databases of SQL dialect 1 are still in use; subs's schema needs dialect 3."""
+    directory, _, _ = empty_settings.dsn.rpartition("/")
+    legacy = ConnectionSettings(f"{directory}/{uuid.uuid4().hex}.fdb", empty_settings.user, empty_settings.password)
+    config = driver_config.register_database(f"dialect-1-{uuid.uuid4().hex}")
+    config.dsn.value = legacy.target
+    config.db_sql_dialect.value = 1
+    config.sql_dialect.value = 1
+    create_database(config.name, user=legacy.effective_user, password=legacy.password).close()
+    before = state_without_schema(legacy)
+    for command in ("init", "list"):
+        assert_one_line_error(Subs(legacy)(command), "is a SQL dialect 1 database", "gfix -sql_dialect 3")
+    assert state_without_schema(legacy) == before
 
 
 def test_schema_newer_than_this_subs(settings):

@@ -15,7 +15,8 @@ _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 
 def installed_version(db: Database) -> int:
-    """0 for a database without subs; refuses tables of the same name that are not ours."""
+    """0 for a database without subs; refuses tables of the same name that are
+    not ours, and a database of SQL dialect 1."""
     statements = sql.load("schema_version")
     with db.transaction() as cursor:
         cursor.execute(statements["version_function_exists"])
@@ -28,6 +29,13 @@ def installed_version(db: Database) -> int:
         raise SubsError(
             f"{db.settings.dsn} already has table(s) {', '.join(clashes)} that subs did not "
             "create; rename them or use another database"
+        )
+    dialect = db.connection.info.sql_dialect
+    if dialect != 3:
+        # Dialect 1 has no BIGINT and reads "quoted names" as strings.
+        raise SubsError(
+            f"{db.settings.dsn} is a SQL dialect {dialect} database and subs needs dialect 3; "
+            "migrate the database to dialect 3 (gfix -sql_dialect 3, once the application is ready for it)"
         )
     return 0
 
