@@ -36,6 +36,8 @@ DECLARE head VARCHAR(80) CHARACTER SET UTF8;
 DECLARE suffix VARCHAR(20) CHARACTER SET UTF8;
 DECLARE max_chars INTEGER;
 DECLARE max_bytes INTEGER;
+-- The text of an error caught in PSQL (RDB$ERROR came with Firebird 4).
+DECLARE caught_error VARCHAR(60) CHARACTER SET UTF8;
 DECLARE key_old BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE key_new BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE old_expr BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
@@ -68,6 +70,7 @@ DECLARE logs BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE capture BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE any_match BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE gate BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE matching BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE subscriptions INTEGER;
 DECLARE conditional INTEGER;
 DECLARE events VARCHAR(40) CHARACTER SET ASCII;
@@ -129,11 +132,13 @@ BEGIN
     BEGIN
         max_chars = 31;
         max_bytes = 31;
+        caught_error = '''SQLSTATE '' || SQLSTATE || '', GDSCODE '' || GDSCODE';
     END
     ELSE
     BEGIN
         max_chars = 63;
         max_bytes = 252;
+        caught_error = 'RDB$ERROR(MESSAGE)';
     END
     SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
@@ -284,8 +289,26 @@ BEGIN
             BEGIN
                 conditional = conditional + 1;
                 declarations = declarations || 'DECLARE matched_' || sub_id || ' BOOLEAN;' || nl;
-                block = block || '        matched_' || sub_id || ' = IIF(' || condition || ', TRUE, FALSE);' || nl;
-                any_match = COALESCE(any_match || ' OR ', '') || 'matched_' || sub_id || ' IS TRUE';
+                matching = '        matched_' || sub_id || ' = IIF(' || condition || ', TRUE, FALSE);' || nl;
+                any_match = COALESCE(any_match || ' OR ', '') || 'matched_' || sub_id || ' IS NOT FALSE';
+                IF (when_condition IS NOT NULL) THEN
+                BEGIN
+                    -- A condition that raises (a division by zero, a failed
+                    -- cast) must not fail the application's write: the change
+                    -- is logged dead with the error, for `subs dead` and
+                    -- `subs retry`.
+                    declarations = declarations || 'DECLARE failure_' || sub_id
+                        || ' VARCHAR(1100) CHARACTER SET UTF8;' || nl;
+                    matching = '        BEGIN' || nl || '    ' || matching
+                        || '            WHEN ANY DO' || nl
+                        || '            BEGIN' || nl
+                        || '                matched_' || sub_id || ' = NULL;' || nl
+                        || '                failure_' || sub_id || ' = ''the --when condition raised: '' || '
+                        || caught_error || ';' || nl
+                        || '            END' || nl
+                        || '        END' || nl;
+                END
+                block = block || matching;
             END
             gate = '';
             IF (condition IS NOT NULL) THEN
@@ -297,6 +320,12 @@ BEGIN
                 || lit(TABLE_NAME || '|' || tag || '|') || ' || :row_key), :old_values, :new_values);' || nl
                 || '            POST_EVENT ' || lit('subs:' || tag) || ';' || nl
                 || '        END' || nl;
+            IF (when_condition IS NOT NULL) THEN
+                logs = logs || '        ELSE IF (matched_' || sub_id || ' IS NULL) THEN' || nl
+                    || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR)'
+                    || nl || '            VALUES (' || sub_id || ', :row_key, HASH('
+                    || lit(TABLE_NAME || '|' || tag || '|') || ' || :row_key), :old_values, :new_values, TRUE, '
+                    || 'LOCALTIMESTAMP, :failure_' || sub_id || ');' || nl;
         END
         capture = '            row_key = ' || IIF(action = 'D', key_old, key_new) || ';' || nl
             || IIF(action IN ('U', 'D'), '            old_values = ' || old_expr || ';' || nl, '')
@@ -551,6 +580,7 @@ DECLARE after_key VARCHAR(8000) CHARACTER SET UTF8 = '';
 DECLARE closing VARCHAR(100) CHARACTER SET UTF8 = '';
 DECLARE head BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE tail BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE matching BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE nl CHAR(1) CHARACTER SET ASCII = '
 ';
 BEGIN
@@ -591,12 +621,28 @@ BEGIN
             || ' AND (' || ref || ' > :AFTER_' || segment;
         closing = closing || IIF(segment > 1, '))', ')');
     END
+    -- A --when condition that raises logs the row dead, as the trigger does.
+    matching = '';
+    IF (when_condition IS NOT NULL) THEN
+        matching = '        failure = NULL;' || nl
+            || '        BEGIN' || nl
+            || '            matched = IIF(' || when_condition || ', TRUE, FALSE);' || nl
+            || '            WHEN ANY DO' || nl
+            || '            BEGIN' || nl
+            || '                matched = NULL;' || nl
+            || '                failure = ''the --when condition raised: '' || '
+            || IIF(RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') STARTING WITH '3.',
+                   '''SQLSTATE '' || SQLSTATE || '', GDSCODE '' || GDSCODE', 'RDB$ERROR(MESSAGE)') || ';' || nl
+            || '            END' || nl
+            || '        END' || nl;
     head = 'EXECUTE BLOCK (CHUNK INTEGER = ?';
     tail = ')' || nl
         || 'RETURNS (ROWS_READ INTEGER, EVENTS INTEGER, LAST_KEY VARCHAR(1000) CHARACTER SET OCTETS)' || nl
         || 'AS' || nl
         || 'DECLARE row_key VARCHAR(1000) CHARACTER SET OCTETS;' || nl
         || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
+        || 'DECLARE matched BOOLEAN = TRUE;' || nl
+        || 'DECLARE failure VARCHAR(1100) CHARACTER SET UTF8;' || nl
         || 'BEGIN' || nl
         || '    ROWS_READ = 0;' || nl
         || '    EVENTS = 0;' || nl
@@ -611,12 +657,14 @@ BEGIN
         || '        ROWS_READ = ROWS_READ + 1;' || nl
         || '        row_key = ' || insert_key || ';' || nl
         || '        LAST_KEY = row_key;' || nl
-        || '        IF (' || COALESCE(when_condition, 'TRUE') || ') THEN' || nl
+        || matching
+        || '        IF (matched IS NOT FALSE) THEN' || nl
         || '        BEGIN' || nl
         || '            new_values = ' || insert_row || ';' || nl
-        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, NEW_ROW)' || nl
+        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR)' || nl
         || '            VALUES (' || SUB_ID || ', :row_key, HASH('''
-        || REPLACE(table_name || '|' || tag || '|', '''', '''''') || ''' || :row_key), :new_values);' || nl
+        || REPLACE(table_name || '|' || tag || '|', '''', '''''') || ''' || :row_key), :new_values,' || nl
+        || '                    :failure IS NOT NULL, IIF(:failure IS NULL, NULL, LOCALTIMESTAMP), :failure);' || nl
         || '            EVENTS = EVENTS + 1;' || nl
         || '        END' || nl
         || '    END' || nl

@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from subscriptions.capture.values import decode
 from subscriptions.db.connection import Database, read_blob
 
 from conftest import Subs, assert_one_line_error, events, execute, query, state, wait_until
@@ -89,6 +90,26 @@ def test_where_and_the_subscriptions_when_select_rows(lines, subs: Subs) -> None
         query(lines, "SELECT ORDER_NO, CODE FROM LINES WHERE ORDER_NO < 200 AND QTY >= 100")
     )
     assert logged
+
+
+def test_a_row_the_when_cannot_judge_is_logged_dead_as_the_trigger_logs_it(lines, subs: Subs) -> None:
+    """A condition that raises on some rows neither stops the run nor drops them."""
+    subs.ok("remove", "lines", "I", "rec")
+    subs.ok("add", "lines", "I", "rec", "--when", "100 / (NEW.ORDER_NO - 5) <> 0")
+    result = subs("backfill", "lines", "rec", "--where", "ORDER_NO BETWEEN 4 AND 6")
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.startswith("backfilled LINES for rec: 9 event(s) from 9 row(s)")
+    execute(lines, "INSERT INTO LINES VALUES (5, 'c9', 1, 'new')")
+    logged = query(
+        lines,
+        "SELECT PK_ROW, DEAD, DEAD_AT IS NOT NULL, LAST_ERROR STARTING WITH 'the --when condition raised: ' "
+        "FROM EVENT_LOG ORDER BY EVENT_ID",
+    )
+    keys = [tuple(decode(row[0]).values()) for row in logged]
+    assert keys == [(n, f"c{code}") for n in (4, 5, 6) for code in range(3)] + [(5, "c9")]
+    assert [row[1:] for row in logged] == [
+        (n == 5, n == 5, True if n == 5 else None) for n in (4, 4, 4, 5, 5, 5, 6, 6, 6, 5)
+    ]
 
 
 def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:

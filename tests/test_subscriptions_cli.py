@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
-from firebird.driver import DatabaseError
 
 from subscriptions.cli import cli
 from subscriptions.schema import upgrade as schema
@@ -137,12 +135,48 @@ def test_when_may_use_old_and_new_where_the_action_has_them(subs, settings):
     assert query(settings, TABLE_TRIGGERS) == [("SUBS$LANGUAGES",)]
 
 
-def test_when_failing_at_run_time_fails_the_write(subs, settings):
+def test_when_failing_at_run_time_keeps_the_write_and_logs_the_change_dead(subs, settings, engine):
+    """The application's write succeeds as it would without subs; the change
+    the condition could not judge waits, dead with the error, for a retry."""
     execute(settings, LANGUAGES)
-    subs.ok("add", "languages", "I", "odd", "--when", "NEW.YEAR_RELEASED / 0 = 1")
-    with pytest.raises(DatabaseError, match="divide by zero"):
-        execute(settings, "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)")
-    assert query(settings, "SELECT COUNT(*) FROM LANGUAGES") == [(0,)]
+    subs.ok("add", "languages", "IU", "ratio", "--when", "NEW.YEAR_RELEASED / NEW.YEAR_RELEASED = 1")
+    subs.ok("add", "languages", "U", "numeric", "--columns", "NAME", "--when", "CAST(NEW.NAME AS INTEGER) > 0")
+    subs.ok("add", "languages", "I", "all")
+    execute(
+        settings,
+        "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)",
+        "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Zero', 0)",
+        "UPDATE LANGUAGES SET NAME = 'Lisp 1.5' WHERE NAME = 'Lisp'",
+    )
+    assert query(settings, "SELECT NAME, YEAR_RELEASED FROM LANGUAGES ORDER BY 1") == [("Lisp 1.5", 1958), ("Zero", 0)]
+    logged = query(
+        settings,
+        "SELECT TRIM(s.TAG), s.ACTION, l.DEAD, l.DEAD_AT IS NOT NULL, l.ATTEMPTS, l.LAST_ERROR FROM EVENT_LOG l "
+        "JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID ORDER BY l.EVENT_ID",
+    )
+    assert [row[:5] for row in logged] == [
+        ("ratio", "I", False, False, 0),
+        ("all", "I", False, False, 0),
+        ("ratio", "I", True, True, 0),  # 0 / 0
+        ("all", "I", False, False, 0),
+        ("ratio", "U", False, False, 0),
+        ("numeric", "U", True, True, 0),  # CAST('Lisp 1.5' AS INTEGER)
+    ]
+    division, cast = logged[2][5], logged[5][5]
+    if engine == "fb3":  # no RDB$ERROR before Firebird 4: the SQLSTATE says what failed
+        assert division == "the --when condition raised: SQLSTATE 22012, GDSCODE 335544321"
+        assert cast == "the --when condition raised: SQLSTATE 22018, GDSCODE 335544334"
+    else:
+        assert division.startswith("the --when condition raised: arithmetic exception") and "divide by zero" in division
+        assert cast.startswith('the --when condition raised: conversion error from string "Lisp 1.5"')
+    assert [e["new"] for e in events(settings) if e["tag"] == "ratio"][1] == {
+        "LANGUAGE_ID": 2,
+        "NAME": "Zero",
+        "YEAR_RELEASED": 0,
+    }
+    assert "the --when condition raised" in subs.ok("dead")
+    assert "re-queued 2 dead event(s)" in subs.ok("retry", "--all")
+    assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(0,)]
 
 
 def test_repeated_columns_are_watched_once(subs, settings):
