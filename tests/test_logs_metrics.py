@@ -102,7 +102,9 @@ def test_render_is_prometheus_text_format() -> None:
     m = metrics.Metrics()
     for outcome, seconds in [("handled", 0.003), ("handled", 0.01), ("handled", 0.2), ("failed", 20), ("dead", 1)]:
         m.observe("orders", outcome, seconds)
-    m.set_queue([QueueDepth(1, "ORDERS", "I", "orders", 5, 2, 12.5), QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None)])
+    m.set_queue(
+        [QueueDepth(1, "ORDERS", "I", "orders", 5, 2, 12.5, dead=3), QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None)]
+    )
     m.count_claim_conflicts(2)
     text = m.render()
     assert text.endswith("\n")
@@ -114,6 +116,7 @@ def test_render_is_prometheus_text_format() -> None:
     idle = '{subscription="2",table="ORDERS",action="U",tag="idle"}'
     assert samples[f"subs_queue_pending{orders}"] == 5 and samples[f"subs_queue_in_flight{orders}"] == 2
     assert samples[f"subs_lag_seconds{orders}"] == 12.5 and samples[f"subs_lag_seconds{idle}"] == 0
+    assert samples[f"subs_queue_dead{orders}"] == 3 and samples[f"subs_queue_dead{idle}"] == 0
     assert samples["subs_claim_conflicts_total"] == 2
     buckets = [(key, value) for key, value in samples.items() if key.startswith("subs_handler_duration_seconds_bucket")]
     assert [key.split('le="')[1][:-2] for key, _ in buckets] == [
@@ -174,7 +177,7 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     assert merged["durations"]["orders"]["count"] == 3
     assert merged["durations"]["orders"]["sum"] == pytest.approx(3.021)
     assert merged["queue"] == {
-        7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0}
+        7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0, "dead": 0}
     }
     assert merged["claim_conflicts"] == 4
     # Per subscription and minute, for the console's statistics (the minute

@@ -42,6 +42,11 @@ _GAUGES = {
     "pending": ("subs_queue_pending", f"Events waiting to be claimed, per subscription (counted up to {MAX_COUNTED})."),
     "in_flight": ("subs_queue_in_flight", "Events claimed by a worker and not yet finished, per subscription."),
     "lag": ("subs_lag_seconds", "Age of the oldest live event in seconds (0 when none), per subscription."),
+    "dead": (
+        "subs_queue_dead",
+        "Dead events kept until retried or purged, per subscription (counted up to "
+        f"{MAX_COUNTED}): out of attempts, or logged dead because the --when condition raised.",
+    ),
 }
 _DURATION = "subs_handler_duration_seconds"
 _CONFLICTS = "subs_claim_conflicts_total"
@@ -166,6 +171,7 @@ class Metrics:
                     "pending": depth.waiting,
                     "in_flight": depth.in_flight,
                     "lag": depth.oldest_seconds or 0.0,
+                    "dead": depth.dead,
                 }
                 for depth in depths
             }
