@@ -69,8 +69,11 @@ def json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, (dt.datetime, dt.time)):
-        zone = getattr(value.tzinfo, "key", None)
-        return value.isoformat() + (f"[{zone}]" if zone else "")
+        # A region's name: the driver's tzinfo keeps it as _timezone_ (an
+        # offset there is "+01:00"), zoneinfo's as key.
+        zone = getattr(value.tzinfo, "_timezone_", None) or getattr(value.tzinfo, "key", None)
+        named = zone is not None and zone[:1] not in "+-"
+        return value.isoformat() + (f"[{zone}]" if named else "")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bytes):

@@ -17,7 +17,7 @@ import pytest
 from subscriptions.capture.values import decode
 from subscriptions.db.connection import Database, read_blob
 
-from conftest import Subs, assert_one_line_error, events, execute, query, state, wait_until
+from conftest import EMBEDDED, Subs, assert_one_line_error, events, execute, query, state, wait_until
 
 ROWS = 2500
 TABLE = (
@@ -110,6 +110,31 @@ def test_a_row_the_when_cannot_judge_is_logged_dead_as_the_trigger_logs_it(lines
     assert [row[1:] for row in logged] == [
         (n == 5, n == 5, True if n == 5 else None) for n in (4, 4, 4, 5, 5, 5, 6, 6, 6, 5)
     ]
+
+
+@pytest.mark.parametrize("engine", [EMBEDDED])  # Firebird 3 has no time zone types
+def test_keys_with_time_zones_resume_from_chunk_to_chunk(settings, subs: Subs) -> None:
+    """Each chunk goes on after the last key of the one before, bound back
+    into the driver from its captured value: zoned times included."""
+    execute(
+        settings,
+        "CREATE TABLE SHIFTS (STARTS TIMESTAMP WITH TIME ZONE NOT NULL, AT_DESK TIME WITH TIME ZONE NOT NULL, "
+        "PRIMARY KEY (STARTS, AT_DESK))",
+    )
+    execute(
+        settings,
+        "INSERT INTO SHIFTS VALUES (TIMESTAMP '2024-01-01 10:00 Europe/Prague', TIME '09:00 Europe/Prague')",
+        "INSERT INTO SHIFTS VALUES (TIMESTAMP '2024-01-01 10:00 +05:00', TIME '09:00 +05:00')",
+        "INSERT INTO SHIFTS VALUES (TIMESTAMP '2024-06-01 10:00 America/New_York', TIME '23:59:59.9999 UTC')",
+        "INSERT INTO SHIFTS VALUES (TIMESTAMP '2023-01-01 00:00 -03:30', TIME '00:00 -03:30')",
+        "INSERT INTO SHIFTS VALUES (TIMESTAMP '2025-01-01 00:00 UTC', TIME '12:00 UTC')",
+    )
+    subs.ok("add", "shifts", "I", "rec")
+    result = subs("backfill", "shifts", "rec", "--batch", "2")
+    assert result.exit_code == 0, result.output + result.stderr
+    assert result.stdout.startswith("backfilled SHIFTS for rec: 5 event(s) from 5 row(s)")
+    rows = query(settings, "SELECT STARTS, AT_DESK FROM SHIFTS ORDER BY STARTS, AT_DESK")
+    assert [(e["pk"]["STARTS"], e["pk"]["AT_DESK"]) for e in events(settings)] == rows
 
 
 def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid
-import zoneinfo
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
+
+from firebird.driver import get_timezone
 
 FORMAT_MARK = b"~"
 
@@ -44,11 +45,13 @@ class UndecodableEvent(ValueError):
 
 
 def _zone(name: str) -> dt.tzinfo:
-    if name[:1] in "+-":
-        hours, _, minutes = name[1:].partition(":")
-        offset = dt.timedelta(hours=int(hours), minutes=int(minutes or 0))
-        return dt.timezone(-offset if name[0] == "-" else offset)
-    return zoneinfo.ZoneInfo(name)
+    """The driver's own tzinfo for a Firebird zone, a region or an offset: a
+    captured value then compares, prints and binds back into firebird-driver
+    (a handler writing it to another database) as the value it selects."""
+    zone: dt.tzinfo | None = get_timezone(name)
+    if zone is None:
+        raise ValueError(f"time zone {name!r} is not in this system's time zone database")
+    return zone
 
 
 def _timestamp_tz(text: str) -> dt.datetime:
