@@ -46,3 +46,27 @@ SELECT t.RDB$TRIGGER_SOURCE, COALESCE(t.RDB$TRIGGER_INACTIVE, 0) = 1,
                  AND p.RDB$RELATION_NAME = 'EVENT_LOG' AND p.RDB$PRIVILEGE = 'I')
 FROM RDB$TRIGGERS t
 WHERE t.RDB$TRIGGER_NAME = ?;
+
+-- name: capture_trigger_missing_rights
+-- What a capture trigger's --when conditions use beyond its table and
+-- EVENT_LOG (other tables and views, procedures, functions, packages, as
+-- the engine recorded at the trigger's commit) without the trigger holding
+-- the right to: a writer without that right of its own has its write
+-- refused. System tables and legacy UDFs need no right.
+SELECT DISTINCT TRIM(d.RDB$DEPENDED_ON_NAME),
+       TRIM(DECODE(d.RDB$DEPENDED_ON_TYPE, 0, 'select', 1, 'select', 5, 'procedure', 15, 'function', 'package'))
+FROM RDB$DEPENDENCIES d
+WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2
+  AND d.RDB$DEPENDED_ON_NAME <> ? AND d.RDB$DEPENDED_ON_NAME <> 'EVENT_LOG'
+  AND ((d.RDB$DEPENDED_ON_TYPE IN (0, 1)
+        AND EXISTS (SELECT 1 FROM RDB$RELATIONS r
+                    WHERE r.RDB$RELATION_NAME = d.RDB$DEPENDED_ON_NAME AND COALESCE(r.RDB$SYSTEM_FLAG, 0) = 0))
+       OR d.RDB$DEPENDED_ON_TYPE IN (5, 18)
+       OR (d.RDB$DEPENDED_ON_TYPE = 15
+           AND EXISTS (SELECT 1 FROM RDB$FUNCTIONS f
+                       WHERE f.RDB$FUNCTION_NAME = d.RDB$DEPENDED_ON_NAME AND f.RDB$PACKAGE_NAME IS NULL
+                         AND COALESCE(f.RDB$LEGACY_FLAG, 0) = 0)))
+  AND NOT EXISTS (SELECT 1 FROM RDB$USER_PRIVILEGES p
+                  WHERE p.RDB$USER = d.RDB$DEPENDENT_NAME AND p.RDB$USER_TYPE = 2
+                    AND p.RDB$RELATION_NAME = d.RDB$DEPENDED_ON_NAME
+                    AND p.RDB$PRIVILEGE = IIF(d.RDB$DEPENDED_ON_TYPE IN (0, 1), 'S', 'X'));

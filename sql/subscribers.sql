@@ -49,6 +49,20 @@ SELECT TRIGGER_NAME, REASON FROM EVENT_CAPTURE_SYNC(?);
 -- name: drop_trigger
 DROP TRIGGER {trigger};
 
+-- name: grant_select_to_trigger
+-- The rights a capture trigger's --when conditions need (metadata.sql,
+-- capture_trigger_missing_rights): see capture/trigger_sync.grant_condition_rights.
+GRANT SELECT ON {object} TO TRIGGER {trigger};
+
+-- name: grant_procedure_to_trigger
+GRANT EXECUTE ON PROCEDURE {object} TO TRIGGER {trigger};
+
+-- name: grant_function_to_trigger
+GRANT EXECUTE ON FUNCTION {object} TO TRIGGER {trigger};
+
+-- name: grant_package_to_trigger
+GRANT EXECUTE ON PACKAGE {object} TO TRIGGER {trigger};
+
 -- name: touch_trigger
 -- A metadata change that changes nothing, made after the real change has
 -- committed: see capture/trigger_sync.settle_trigger.

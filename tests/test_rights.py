@@ -49,6 +49,40 @@ def test_an_application_user_with_table_rights_only_writes_and_is_captured(setti
         query(app, "SELECT COUNT(*) FROM EVENT_LOG")
 
 
+def test_a_when_condition_reading_other_tables_carries_its_own_rights(settings, make_user):
+    """The condition reads a table and calls a function the writer may not
+    use: the trigger is granted both, and the writer's insert succeeds."""
+    app = make_user("app")
+    execute(
+        settings,
+        "CREATE TABLE CUSTOMERS (ID INTEGER NOT NULL PRIMARY KEY, VIP BOOLEAN)",
+        "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, CUSTOMER INTEGER)",
+        "CREATE FUNCTION IS_BIG (N INTEGER) RETURNS BOOLEAN AS BEGIN RETURN N > 100; END",
+    )
+    execute(settings, "INSERT INTO CUSTOMERS VALUES (1, TRUE)", f"GRANT INSERT ON ORDERS TO USER {app.user}")
+    condition = "EXISTS (SELECT 1 FROM CUSTOMERS C WHERE C.ID = NEW.CUSTOMER AND C.VIP) OR IS_BIG(NEW.ID)"
+    Subs(settings).ok("add", "orders", "I", "vip", "--when", condition)
+
+    execute(
+        app,
+        "INSERT INTO ORDERS VALUES (1, 1)",
+        "INSERT INTO ORDERS VALUES (2, 2)",
+        "INSERT INTO ORDERS VALUES (101, 2)",
+    )
+    assert [e["pk"]["ID"] for e in events(settings)] == [1, 101]
+    assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(0,)]
+    with pytest.raises(DatabaseError, match="no permission"):
+        query(app, "SELECT COUNT(*) FROM CUSTOMERS")
+
+    # A right the trigger lost is drift, and `subs add` gives it back.
+    execute(settings, "REVOKE SELECT ON CUSTOMERS FROM TRIGGER SUBS$ORDERS")
+    check = Subs(settings)("status", "--check")
+    assert check.exit_code == 1 and "trigger may not use CUSTOMERS" in check.stdout
+    assert "was made again" in Subs(settings).ok("add", "orders", "I", "vip", "--when", condition)
+    execute(app, "INSERT INTO ORDERS VALUES (3, 1)")
+    assert Subs(settings)("status", "--check").exit_code == 0
+
+
 def test_an_application_user_migrates_its_own_subscribed_table(settings, make_user):
     app = make_user("app")
     execute(settings, f"GRANT CREATE TABLE TO USER {app.user}")

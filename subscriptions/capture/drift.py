@@ -1,7 +1,8 @@
 """Whether each subscribed table is captured as its subscriptions say: the
-table and its trigger exist, the trigger is active, may write EVENT_LOG, and
-is what the generator makes of the table now. `subs list` and `subs status`
-show it; `subs status --check` fails on anything else than ``OK``."""
+table and its trigger exist, the trigger is active, may write EVENT_LOG and
+use what its --when conditions read or call, and is what the generator makes
+of the table now. `subs list` and `subs status` show it; `subs status
+--check` fails on anything else than ``OK``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def capture_state(cursor: Cursor, table: str) -> str:
         return "trigger stale"
     if not may_write:
         return "trigger may not write EVENT_LOG"
+    cursor.execute(statements["capture_trigger_missing_rights"], (name, table))
+    lacking = sorted(str(row[0]) for row in cursor.fetchall())
+    if lacking:
+        return f"trigger may not use {', '.join(lacking)}"
     return OK
 
 

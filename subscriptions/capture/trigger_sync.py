@@ -71,12 +71,50 @@ def settle_trigger(cursor: Cursor, table: str) -> None:
     One more metadata change, made after the first has committed, reaches it
     again; so when `subs add/remove` returns, every writer uses the new trigger.
     """
-    statements = sql.load("subscribers")
     name = capture_trigger(cursor, table)
     if name is None:
         return
-    block = "touch_trigger" if any(s.active for s in for_table(cursor, table)) else "drop_trigger"
-    cursor.execute(sql.with_identifiers(statements[block], trigger=name))
+    if any(s.active for s in for_table(cursor, table)):
+        _grant_and_touch(cursor, name, table)
+    else:
+        cursor.execute(sql.with_identifiers(sql.load("subscribers")["drop_trigger"], trigger=name))
+
+
+def missing_rights(cursor: Cursor, trigger: str, table: str) -> list[tuple[str, str]]:
+    """What the trigger's --when conditions read or call without its holding
+    the right to, as (object, kind): kind is select, procedure, function or
+    package."""
+    cursor.execute(sql.load("metadata")["capture_trigger_missing_rights"], (trigger, table))
+    return [(str(name), str(kind)) for name, kind in cursor.fetchall()]
+
+
+def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
+    """Grant the trigger what its --when conditions read or call, as it is
+    granted INSERT on EVENT_LOG: a writer without such a right of its own
+    would have its write refused ("no permission for SELECT access"), which
+    no WHEN handler inside the trigger can catch. The engine records what a
+    trigger uses only when it commits, so this runs after. A right this user
+    may not give is a warning (and `subs status` shows the trigger drifted)."""
+    statements = sql.load("subscribers")
+    for name, kind in missing_rights(cursor, trigger, table):
+        grant = sql.with_identifiers(statements[f"grant_{kind}_to_trigger"], object=name, trigger=trigger)
+        try:
+            cursor.execute(grant)
+        except DatabaseError as exc:
+            log.warning(
+                "the capture trigger of %s could not be granted %s on %s (%s): writers without that right "
+                "will have their writes refused; run %s as a user who may grant it",
+                table,
+                "SELECT" if kind == "select" else "EXECUTE",
+                name,
+                first_line(exc),
+                grant,
+            )
+
+
+def _grant_and_touch(cursor: Cursor, trigger: str, table: str) -> None:
+    grant_condition_rights(cursor, trigger, table)
+    cursor.execute(sql.with_identifiers(sql.load("subscribers")["touch_trigger"], trigger=trigger))
 
 
 def refresh_all(db: Database) -> list[str]:
@@ -129,7 +167,7 @@ class ChangedTriggerSettler:
             if seen.get(trigger) == (text, state):
                 continue
             try:
-                db.run(functools.partial(_touch, trigger=trigger))
+                db.run(functools.partial(_grant_and_touch, trigger=trigger, table=table))
             except DatabaseError as exc:
                 if NO_PRIVILEGE in codes(exc):
                     self._allowed = False
@@ -146,7 +184,3 @@ class ChangedTriggerSettler:
             settled.append(table)
             log.info("settled the capture trigger of %s after a schema change", table)
         return settled
-
-
-def _touch(cursor: Cursor, trigger: str) -> None:
-    cursor.execute(sql.with_identifiers(sql.load("subscribers")["touch_trigger"], trigger=trigger))
