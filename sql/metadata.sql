@@ -48,17 +48,17 @@ FROM RDB$TRIGGERS t
 WHERE t.RDB$TRIGGER_NAME = ?;
 
 -- name: capture_trigger_missing_rights
--- What a capture trigger's --when conditions use beyond its table and
--- EVENT_LOG (other tables and views, procedures, functions, packages, as
--- the engine recorded at the trigger's commit) without the trigger holding
--- the right to: a writer without that right of its own has its write
--- refused. System tables and legacy UDFs need no right.
+-- What a capture trigger's --when conditions read or call (tables and
+-- views in a FROM, its own table's included, which the engine records
+-- without a column name, unlike NEW.x and OLD.x; procedures, functions,
+-- packages; all as the engine recorded at the trigger's commit) without the
+-- trigger holding the right to: a writer without that right of its own has
+-- its write refused. System tables and legacy UDFs need no right.
 SELECT DISTINCT TRIM(d.RDB$DEPENDED_ON_NAME),
        TRIM(DECODE(d.RDB$DEPENDED_ON_TYPE, 0, 'select', 1, 'select', 5, 'procedure', 15, 'function', 'package'))
 FROM RDB$DEPENDENCIES d
-WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2
-  AND d.RDB$DEPENDED_ON_NAME <> ? AND d.RDB$DEPENDED_ON_NAME <> 'EVENT_LOG'
-  AND ((d.RDB$DEPENDED_ON_TYPE IN (0, 1)
+WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_ON_NAME <> 'EVENT_LOG'
+  AND ((d.RDB$DEPENDED_ON_TYPE IN (0, 1) AND d.RDB$FIELD_NAME IS NULL
         AND EXISTS (SELECT 1 FROM RDB$RELATIONS r
                     WHERE r.RDB$RELATION_NAME = d.RDB$DEPENDED_ON_NAME AND COALESCE(r.RDB$SYSTEM_FLAG, 0) = 0))
        OR d.RDB$DEPENDED_ON_TYPE IN (5, 18)

@@ -50,8 +50,9 @@ def test_an_application_user_with_table_rights_only_writes_and_is_captured(setti
 
 
 def test_a_when_condition_reading_other_tables_carries_its_own_rights(settings, make_user):
-    """The condition reads a table and calls a function the writer may not
-    use: the trigger is granted both, and the writer's insert succeeds."""
+    """The condition reads tables (its own among them) and calls a function
+    the writer may not use: the trigger is granted them, and the writer's
+    inserts succeed."""
     app = make_user("app")
     execute(
         settings,
@@ -60,7 +61,10 @@ def test_a_when_condition_reading_other_tables_carries_its_own_rights(settings, 
         "CREATE FUNCTION IS_BIG (N INTEGER) RETURNS BOOLEAN AS BEGIN RETURN N > 100; END",
     )
     execute(settings, "INSERT INTO CUSTOMERS VALUES (1, TRUE)", f"GRANT INSERT ON ORDERS TO USER {app.user}")
-    condition = "EXISTS (SELECT 1 FROM CUSTOMERS C WHERE C.ID = NEW.CUSTOMER AND C.VIP) OR IS_BIG(NEW.ID)"
+    condition = (
+        "EXISTS (SELECT 1 FROM CUSTOMERS C WHERE C.ID = NEW.CUSTOMER AND C.VIP) OR IS_BIG(NEW.ID) "
+        "OR NOT EXISTS (SELECT 1 FROM ORDERS O WHERE O.ID < NEW.ID)"
+    )
     Subs(settings).ok("add", "orders", "I", "vip", "--when", condition)
 
     execute(

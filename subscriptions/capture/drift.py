@@ -41,7 +41,7 @@ def capture_state(cursor: Cursor, table: str) -> str:
         return "trigger stale"
     if not may_write:
         return "trigger may not write EVENT_LOG"
-    cursor.execute(statements["capture_trigger_missing_rights"], (name, table))
+    cursor.execute(statements["capture_trigger_missing_rights"], (name,))
     lacking = sorted(str(row[0]) for row in cursor.fetchall())
     if lacking:
         return f"trigger may not use {', '.join(lacking)}"

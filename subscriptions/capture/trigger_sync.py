@@ -80,11 +80,11 @@ def settle_trigger(cursor: Cursor, table: str) -> None:
         cursor.execute(sql.with_identifiers(sql.load("subscribers")["drop_trigger"], trigger=name))
 
 
-def missing_rights(cursor: Cursor, trigger: str, table: str) -> list[tuple[str, str]]:
+def missing_rights(cursor: Cursor, trigger: str) -> list[tuple[str, str]]:
     """What the trigger's --when conditions read or call without its holding
     the right to, as (object, kind): kind is select, procedure, function or
     package."""
-    cursor.execute(sql.load("metadata")["capture_trigger_missing_rights"], (trigger, table))
+    cursor.execute(sql.load("metadata")["capture_trigger_missing_rights"], (trigger,))
     return [(str(name), str(kind)) for name, kind in cursor.fetchall()]
 
 
@@ -96,7 +96,7 @@ def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
     trigger uses only when it commits, so this runs after. A right this user
     may not give is a warning (and `subs status` shows the trigger drifted)."""
     statements = sql.load("subscribers")
-    for name, kind in missing_rights(cursor, trigger, table):
+    for name, kind in missing_rights(cursor, trigger):
         grant = sql.with_identifiers(statements[f"grant_{kind}_to_trigger"], object=name, trigger=trigger)
         try:
             cursor.execute(grant)
