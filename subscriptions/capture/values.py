@@ -18,8 +18,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from firebird.driver import get_timezone
-
 FORMAT_MARK = b"~"
 
 # Firebird character sets whose Python codec has another name.
@@ -47,7 +45,10 @@ class UndecodableEvent(ValueError):
 def _zone(name: str) -> dt.tzinfo:
     """The driver's own tzinfo for a Firebird zone, a region or an offset: a
     captured value then compares, prints and binds back into firebird-driver
-    (a handler writing it to another database) as the value it selects."""
+    (a handler writing it to another database) as the value it selects.
+    Imported here: handler processes load the driver only for zoned values."""
+    from firebird.driver import get_timezone
+
     zone: dt.tzinfo | None = get_timezone(name)
     if zone is None:
         raise ValueError(f"time zone {name!r} is not in this system's time zone database")
