@@ -70,6 +70,8 @@ def settle_trigger(cursor: Cursor, table: str) -> None:
     (seen in about 1 of 3 tries with a writer inserting during `subs add`).
     One more metadata change, made after the first has committed, reaches it
     again; so when `subs add/remove` returns, every writer uses the new trigger.
+    It comes after the trigger's commit, as the rights its conditions need do
+    (``grant_condition_rights``); a trigger left without subscriptions goes.
     """
     name = capture_trigger(cursor, table)
     if name is None:
