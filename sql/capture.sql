@@ -19,10 +19,13 @@
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
 -- subscriptions; SOURCE is NULL and REASON says why when there is nothing
--- to capture: 'no table', 'no primary key', 'key too long',
--- 'no subscription'. INSERT_KEY and INSERT_ROW are the expressions an
--- insert's key and row are captured with (over NEW), for the backfill
--- generator below; set unless the table cannot be captured.
+-- to capture: 'no table', 'key too long', 'no subscription'. REASON 'no
+-- primary key' comes with a SOURCE that captures every change with an
+-- empty key: a migration that drops a subscribed table's primary key and
+-- adds another in a later transaction loses no change in between. INSERT_KEY
+-- and INSERT_ROW are the expressions an insert's key and row are captured
+-- with (over NEW), for the backfill generator below; set only when the table
+-- is captured with its primary key.
 CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SOURCE (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
 RETURNS (
     TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8,
@@ -164,11 +167,7 @@ BEGIN
     END
     IF (NOT EXISTS (SELECT 1 FROM RDB$RELATION_CONSTRAINTS
                     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$CONSTRAINT_TYPE = 'PRIMARY KEY')) THEN
-    BEGIN
         REASON = 'no primary key';
-        SUSPEND;
-        EXIT;
-    END
 
     key_old = '''~''';
     key_new = '''~''';
@@ -240,8 +239,11 @@ BEGIN
         old_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || old_expr;
         new_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || new_expr;
     END
-    INSERT_KEY = key_new;
-    INSERT_ROW = new_expr;
+    IF (REASON IS NULL) THEN
+    BEGIN
+        INSERT_KEY = key_new;
+        INSERT_ROW = new_expr;
+    END
 
     actions = 'IUD';
     WHILE (actions <> '') DO

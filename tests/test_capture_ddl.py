@@ -108,6 +108,33 @@ def test_a_new_primary_key_is_used(people):
     assert events(people)[-1]["pk"] == {"AGE": 30}
 
 
+def test_changes_between_dropping_a_primary_key_and_adding_the_next_are_captured_without_a_key(people):
+    """A migration may drop the key in one transaction and add the next in
+    a later one: what is written in between is logged with an empty key,
+    and `status --check` names the table meanwhile."""
+    execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
+    execute(people, f'ALTER TABLE PEOPLE DROP CONSTRAINT "{primary_key_constraint(people)}"')
+    execute(people, "INSERT INTO PEOPLE VALUES (2, 'Bob', 40)", "UPDATE PEOPLE SET AGE = 31 WHERE ID = 1")
+    execute(people, "DELETE FROM PEOPLE WHERE ID = 2")
+    code, output = check(people)
+    assert code == 1 and output.splitlines()[0] == (
+        "subscription 1 (PEOPLE I audit): table has no primary key: captured with an empty key"
+    )
+    refused = Subs(people)("backfill", "people", "audit")
+    assert refused.exit_code == 1 and "no primary key" in refused.output
+
+    execute(people, "ALTER TABLE PEOPLE ALTER AGE SET NOT NULL", "ALTER TABLE PEOPLE ADD PRIMARY KEY (AGE)")
+    execute(people, "INSERT INTO PEOPLE VALUES (3, 'Cy', 50)")
+    assert [(e["action"], e["pk"], e["old"], e["new"]) for e in events(people)] == [
+        ("I", {"ID": 1}, None, {"ID": 1, "NAME": "Ann", "AGE": 30}),
+        ("I", {}, None, {"ID": 2, "NAME": "Bob", "AGE": 40}),
+        ("U", {}, {"ID": 1, "NAME": "Ann", "AGE": 30}, {"ID": 1, "NAME": "Ann", "AGE": 31}),
+        ("D", {}, {"ID": 2, "NAME": "Bob", "AGE": 40}, None),
+        ("I", {"AGE": 50}, None, {"ID": 3, "NAME": "Cy", "AGE": 50}),
+    ]
+    assert check(people)[0] == 0
+
+
 def test_a_table_dropped_and_created_again_is_captured_again(people):
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     execute(people, "DROP TABLE PEOPLE")
@@ -376,7 +403,7 @@ def test_drift_is_visible_and_add_repairs_it(people):
     missing = [f"subscription {i} (PEOPLE {a} audit): table missing" for i, a in ((1, "I"), (2, "U"), (3, "D"))]
     assert check(people) == (1, "\n".join(missing) + "\n")
     execute(people, "CREATE TABLE PEOPLE (ID INTEGER)")
-    assert check(people)[1].splitlines()[0].endswith(": table has no primary key")
+    assert check(people)[1].splitlines()[0].endswith(": table has no primary key: captured with an empty key")
     execute(people, "ALTER TABLE PEOPLE ALTER ID SET NOT NULL", "ALTER TABLE PEOPLE ADD PRIMARY KEY (ID)")
     assert check(people)[0] == 0
 

@@ -15,10 +15,12 @@ OK = "ok"
 # What EVENT_CAPTURE_SOURCE's REASON means for an operator.
 _REASONS = {
     "no table": "table missing",
-    "no primary key": "table has no primary key",
     "key too long": "primary key too long to capture",
     "no subscription": "no active subscription",
 }
+# A table that lost its primary key (in a migration, before it adds the
+# next one) is still captured, without a key: drift all the same.
+KEYLESS = "table has no primary key: captured with an empty key"
 
 
 def capture_state(cursor: Cursor, table: str) -> str:
@@ -26,9 +28,14 @@ def capture_state(cursor: Cursor, table: str) -> str:
     statements = sql.load("metadata")
     cursor.execute(statements["capture_source"], (table,))
     name, source, reason = cursor.fetchone()
-    if reason is not None:
+    if source is None:
         return _REASONS.get(reason, str(reason))
-    generated = read_text(source) or ""
+    state = _trigger_state(cursor, name, read_text(source) or "")
+    return KEYLESS if state == OK and reason == "no primary key" else state
+
+
+def _trigger_state(cursor: Cursor, name: str, generated: str) -> str:
+    statements = sql.load("metadata")
     cursor.execute(statements["capture_trigger_state"], (name,))
     row = cursor.fetchone()
     if row is None:
