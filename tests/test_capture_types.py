@@ -11,8 +11,9 @@ import zoneinfo
 from decimal import Decimal
 
 import pytest
-from firebird.driver import get_timezone
+from firebird.driver import DatabaseError, get_timezone
 
+from subscriptions.capture.charsets import decode_text
 from subscriptions.db.connection import Database, read_blob, read_text
 from subscriptions.events import Event
 
@@ -328,3 +329,61 @@ def test_to_json_is_lossless_and_documented(settings, engine):
         "Z": "2024-02-29T12:30:00+01:00[Europe/Prague]",
         "O": "06:45:00-03:00",
     }
+
+
+# Letters of many scripts: each character set's column gets those it can hold.
+SAMPLE_TEXT = "Azé€ŽЖўÆßğłΩʽאبกあア中갂각“…±"
+
+
+def test_text_of_every_character_set_is_captured_as_the_driver_reads_it(settings):
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT TRIM(RDB$CHARACTER_SET_NAME) FROM RDB$CHARACTER_SETS ORDER BY RDB$CHARACTER_SET_ID")
+        charsets = [row[0] for row in cursor.fetchall() if row[0] not in ("NONE", "OCTETS")]
+        texts = {}
+        for charset in charsets:
+            held = []
+            for char in SAMPLE_TEXT:
+                try:
+                    cursor.execute(f"SELECT CAST(? AS VARCHAR(1) CHARACTER SET {charset}) FROM RDB$DATABASE", (char,))
+                    held.append(cursor.fetchone()[0])
+                except DatabaseError:
+                    pass
+            texts[charset] = "".join(held)
+    assert len(charsets) >= 50 and len(texts["KSC_5601"]) > 3 and len(texts["TIS620"]) > 3
+    columns = ", ".join(f'"C_{charset}" VARCHAR(30) CHARACTER SET {charset}' for charset in charsets)
+    execute(settings, f"CREATE TABLE CHARSETS (ID INTEGER NOT NULL PRIMARY KEY, {columns})")
+    Subs(settings).ok("add", "charsets", "I", "audit")
+    execute(settings, f"INSERT INTO CHARSETS VALUES (1{', ?' * len(charsets)})", params=tuple(texts.values()))
+
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT * FROM CHARSETS")
+        selected = dict(zip([d[0] for d in cursor.description], cursor.fetchone()))
+    captured = events(settings)[0]["new"]
+    assert {name: (type(v), v) for name, v in captured.items()} == {name: (type(v), v) for name, v in selected.items()}
+
+
+def test_every_byte_of_every_single_byte_character_set_reads_as_the_engine_reads_it(settings):
+    """Byte by byte, the decoder against the engine's own transliteration;
+    a byte the set leaves undefined (the engine reads it as U+0000 or U+FFFD,
+    or refuses it) keeps the value bytes."""
+    misread = []
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute(
+            "SELECT TRIM(RDB$CHARACTER_SET_NAME) FROM RDB$CHARACTER_SETS "
+            "WHERE RDB$BYTES_PER_CHARACTER = 1 AND RDB$CHARACTER_SET_NAME NOT IN ('NONE', 'OCTETS')"
+        )
+        for (charset,) in cursor.fetchall():
+            for byte in range(1, 256):
+                try:
+                    cursor.execute(
+                        f"SELECT CAST(CAST(CAST(? AS VARCHAR(1) CHARACTER SET OCTETS) AS VARCHAR(1) CHARACTER SET "
+                        f"{charset}) AS VARCHAR(1) CHARACTER SET UTF8) FROM RDB$DATABASE",
+                        (bytes([byte]),),
+                    )
+                    read = cursor.fetchone()[0]
+                except DatabaseError:
+                    read = "\ufffd"
+                expected = bytes([byte]) if read in ("\x00", "\ufffd") else read
+                if decode_text(bytes([byte]), charset) != expected:
+                    misread.append((charset, hex(byte), read, decode_text(bytes([byte]), charset)))
+    assert misread == []

@@ -18,24 +18,9 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-FORMAT_MARK = b"~"
+from .charsets import decode_text
 
-# Firebird character sets whose Python codec has another name.
-_CODECS = {
-    "UTF8": "utf-8",
-    "UNICODE_FSS": "utf-8",
-    "ASCII": "ascii",
-    "NONE": "utf-8",
-    "SJIS_0208": "shift_jis",
-    "EUCJ_0208": "euc_jp",
-    "KSC_5601": "euc_kr",
-    "BIG_5": "big5",
-    "GB_2312": "gb2312",
-    "CP943C": "cp932",
-    "TIS620": "tis_620",
-    "KOI8R": "koi8_r",
-    "KOI8U": "koi8_u",
-}
+FORMAT_MARK = b"~"
 
 
 class UndecodableEvent(ValueError):
@@ -71,26 +56,6 @@ def _binary_float(text: str) -> float:
     return math.ldexp(int(mantissa), int(exponent or 0))
 
 
-def _text_value(data: bytes, charset: str) -> str | bytes:
-    """Text in its stored bytes as str; CHARACTER SET NONE (or any text)
-    whose bytes are not valid in its character set stays bytes."""
-    try:
-        return data.decode(_codec(charset))
-    except (LookupError, UnicodeDecodeError):
-        return data
-
-
-def _codec(charset: str) -> str:
-    """The Python codec of a Firebird character set (WIN1252 is cp1252,
-    DOS866 cp866, ISO8859_2 iso8859_2, ...)."""
-    if charset in _CODECS:
-        return _CODECS[charset]
-    for prefix in ("WIN", "DOS"):
-        if charset.startswith(prefix) and charset[len(prefix) :].isdigit():
-            return "cp" + charset[len(prefix) :]
-    return charset.lower()
-
-
 _TEXT_READERS: dict[str, Callable[[str], Any]] = {
     "i": int,
     "N": Decimal,
@@ -108,7 +73,7 @@ def _value(type_code: str, data: bytes) -> Any:
     if type_code == "x":
         return data
     if type_code.startswith("s"):
-        return _text_value(data, type_code[1:])
+        return decode_text(data, type_code[1:])
     return _TEXT_READERS[type_code](data.decode("ascii"))
 
 
