@@ -11,6 +11,7 @@ import datetime
 import io
 import json
 import logging
+import logging.handlers
 import os
 import sys
 
@@ -57,8 +58,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, ensure_ascii=False)
 
 
-class _PrivateFileHandler(logging.FileHandler):
-    """A FileHandler whose file is created with mode 0o600 (see open_append)."""
+class _PrivateFileHandler(logging.handlers.WatchedFileHandler):
+    """Appends to the logfile, created with mode 0o600 (see open_append), and
+    opens it again once it was moved or removed: logrotate's default way
+    (rename, then a new file) needs no signal and no copytruncate."""
 
     def _open(self) -> io.TextIOWrapper:
         return os.fdopen(open_append(self.baseFilename), "a", encoding=self.encoding)

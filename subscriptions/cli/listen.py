@@ -190,7 +190,7 @@ def listen(
         handler_config=app(ctx).config.handlers,
         log_level=log_level,
         log_format=log_format,
-        log_file=None if detach else logfile,
+        log_file=logfile,
         key_order=key_order,
         batch=batch,
         poll=poll,
@@ -206,9 +206,8 @@ def listen(
     if detach and pidfile and logfile:
         _check_in_fresh_process(options)
         background.detach(pidfile=pidfile, logfile=logfile)
-        logs.configure(level=log_level, fmt=log_format)
-    else:
-        logs.configure(level=log_level, fmt=log_format, logfile=options.log_file)
+    logs.configure(level=log_level, fmt=log_format, logfile=logfile)
+    if not detach:
         startup.check(options)
     startup.prepare(options)
     metrics = Metrics()
