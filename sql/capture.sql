@@ -377,6 +377,8 @@ AS
 DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_kind VARCHAR(10) CHARACTER SET ASCII;
 DECLARE nl CHAR(1) CHARACTER SET ASCII = '
 ';
 BEGIN
@@ -390,7 +392,27 @@ BEGIN
                         WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME AND RDB$RELATION_NAME = :TABLE_NAME
                           AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
                           AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
+        BEGIN
             EXECUTE STATEMENT source;
+            -- What the table's earlier trigger was found to need for its
+            -- conditions: a trigger made again (the table dropped and
+            -- created again) has lost it, and writers without it of their
+            -- own would be refused until a listener's settle. A right this
+            -- user may not give fails quietly; the settle grants it later.
+            FOR SELECT OBJECT_NAME, OBJECT_KIND FROM EVENT_CAPTURE_RIGHT
+                WHERE TABLE_NAME = :TABLE_NAME
+                INTO object_name, object_kind
+            DO
+            BEGIN
+                EXECUTE STATEMENT 'GRANT '
+                    || IIF(object_kind = 'select', 'SELECT ON ', 'EXECUTE ON ' || UPPER(object_kind) || ' ')
+                    || '"' || REPLACE(object_name, '"', '""') || '" TO TRIGGER "'
+                    || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+                WHEN ANY DO
+                    BEGIN
+                    END
+            END
+        END
         -- The trigger writes EVENT_LOG for writers who may not: it gets the
         -- right itself (CREATE OR ALTER keeps it). The table's owner gets
         -- it with the grant option: when the owner's own migration makes a
@@ -544,6 +566,9 @@ GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: grant_source_read
 GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
+
+-- name: grant_sync_rights_read
+GRANT SELECT ON EVENT_CAPTURE_RIGHT TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: backfill_procedure
 -- The statements `subs backfill` runs, one per chunk of a subscribed table's

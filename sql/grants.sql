@@ -34,6 +34,10 @@ GRANT EXECUTE ON FUNCTION EVENT_SCHEMA_VERSION TO USER {user};
 -- `subs status` and --drain's summary compare triggers with the generator.
 GRANT EXECUTE ON PROCEDURE EVENT_CAPTURE_SOURCE TO USER {user};
 
+-- name: capture_rights
+-- Settling a capture trigger records what its conditions need.
+GRANT SELECT, INSERT, DELETE ON EVENT_CAPTURE_RIGHT TO USER {user};
+
 -- name: stats
 -- Listeners record per-minute statistics for the console and prune them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_STATS TO USER {user};

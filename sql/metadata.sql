@@ -47,15 +47,20 @@ SELECT t.RDB$TRIGGER_SOURCE, COALESCE(t.RDB$TRIGGER_INACTIVE, 0) = 1,
 FROM RDB$TRIGGERS t
 WHERE t.RDB$TRIGGER_NAME = ?;
 
--- name: capture_trigger_missing_rights
+-- name: capture_trigger_rights
 -- What a capture trigger's --when conditions read or call (tables and
 -- views in a FROM, its own table's included, which the engine records
 -- without a column name, unlike NEW.x and OLD.x; procedures, functions,
--- packages; all as the engine recorded at the trigger's commit) without the
--- trigger holding the right to: a writer without that right of its own has
--- its write refused. System tables and legacy UDFs need no right.
+-- packages; all as the engine recorded at the trigger's commit), and
+-- whether the trigger holds the right to: a writer without that right of
+-- its own has its write refused. System tables and legacy UDFs need no
+-- right.
 SELECT DISTINCT TRIM(d.RDB$DEPENDED_ON_NAME),
-       TRIM(DECODE(d.RDB$DEPENDED_ON_TYPE, 0, 'select', 1, 'select', 5, 'procedure', 15, 'function', 'package'))
+       TRIM(DECODE(d.RDB$DEPENDED_ON_TYPE, 0, 'select', 1, 'select', 5, 'procedure', 15, 'function', 'package')),
+       EXISTS (SELECT 1 FROM RDB$USER_PRIVILEGES p
+               WHERE p.RDB$USER = d.RDB$DEPENDENT_NAME AND p.RDB$USER_TYPE = 2
+                 AND p.RDB$RELATION_NAME = d.RDB$DEPENDED_ON_NAME
+                 AND p.RDB$PRIVILEGE = IIF(d.RDB$DEPENDED_ON_TYPE IN (0, 1), 'S', 'X'))
 FROM RDB$DEPENDENCIES d
 WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_ON_NAME <> 'EVENT_LOG'
   AND ((d.RDB$DEPENDED_ON_TYPE IN (0, 1) AND d.RDB$FIELD_NAME IS NULL
@@ -65,8 +70,4 @@ WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_O
        OR (d.RDB$DEPENDED_ON_TYPE = 15
            AND EXISTS (SELECT 1 FROM RDB$FUNCTIONS f
                        WHERE f.RDB$FUNCTION_NAME = d.RDB$DEPENDED_ON_NAME AND f.RDB$PACKAGE_NAME IS NULL
-                         AND COALESCE(f.RDB$LEGACY_FLAG, 0) = 0)))
-  AND NOT EXISTS (SELECT 1 FROM RDB$USER_PRIVILEGES p
-                  WHERE p.RDB$USER = d.RDB$DEPENDENT_NAME AND p.RDB$USER_TYPE = 2
-                    AND p.RDB$RELATION_NAME = d.RDB$DEPENDED_ON_NAME
-                    AND p.RDB$PRIVILEGE = IIF(d.RDB$DEPENDED_ON_TYPE IN (0, 1), 'S', 'X'));
+                         AND COALESCE(f.RDB$LEGACY_FLAG, 0) = 0)));

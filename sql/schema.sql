@@ -149,6 +149,21 @@ CREATE TABLE EVENT_STATS (
     CONSTRAINT PK_EVENT_STATS PRIMARY KEY (MINUTE_AT, SUB_ID, RECORDER)
 );
 
+-- name: create_capture_rights
+-- What each subscribed table's capture trigger was last found to need for
+-- its --when conditions (tables and views it reads, routines it calls;
+-- capture/trigger_sync.grant_condition_rights). The engine drops a
+-- trigger's rights with the trigger: when the application drops the table
+-- and creates it again, EVENT_CAPTURE_SYNC grants them to the new trigger
+-- as it makes it, from here, where its user may give them.
+CREATE TABLE EVENT_CAPTURE_RIGHT (
+    TABLE_NAME   VARCHAR(63) CHARACTER SET UTF8 NOT NULL,
+    OBJECT_NAME  VARCHAR(63) CHARACTER SET UTF8 NOT NULL,
+    OBJECT_KIND  VARCHAR(10) CHARACTER SET ASCII NOT NULL,
+    CONSTRAINT PK_EVENT_CAPTURE_RIGHT PRIMARY KEY (TABLE_NAME, OBJECT_NAME, OBJECT_KIND),
+    CONSTRAINT CK_EVENT_CAPTURE_RIGHT_KIND CHECK (OBJECT_KIND IN ('select', 'procedure', 'function', 'package'))
+);
+
 -- name: create_stream_held
 -- Raised by an ordered claim that finds one of its stream's leases taken by
 -- another consumer after it checked them (delivery/claims.sql, claim_head):

@@ -51,7 +51,7 @@ DROP TRIGGER {trigger};
 
 -- name: grant_select_to_trigger
 -- The rights a capture trigger's --when conditions need (metadata.sql,
--- capture_trigger_missing_rights): see capture/trigger_sync.grant_condition_rights.
+-- capture_trigger_rights): see capture/trigger_sync.grant_condition_rights.
 GRANT SELECT ON {object} TO TRIGGER {trigger};
 
 -- name: grant_procedure_to_trigger
@@ -62,6 +62,16 @@ GRANT EXECUTE ON FUNCTION {object} TO TRIGGER {trigger};
 
 -- name: grant_package_to_trigger
 GRANT EXECUTE ON PACKAGE {object} TO TRIGGER {trigger};
+
+-- name: remembered_rights
+-- What the table's capture trigger was last found to need (EVENT_CAPTURE_RIGHT).
+SELECT TRIM(OBJECT_NAME), TRIM(OBJECT_KIND) FROM EVENT_CAPTURE_RIGHT WHERE TABLE_NAME = ?;
+
+-- name: forget_rights
+DELETE FROM EVENT_CAPTURE_RIGHT WHERE TABLE_NAME = ?;
+
+-- name: remember_right
+INSERT INTO EVENT_CAPTURE_RIGHT (TABLE_NAME, OBJECT_NAME, OBJECT_KIND) VALUES (?, ?, ?);
 
 -- name: touch_trigger
 -- A metadata change that changes nothing, made after the real change has

@@ -147,3 +147,32 @@ def test_a_table_dropped_and_created_again_by_its_owner_is_captured_for_every_wr
     execute(clerk, "INSERT INTO APP_ITEMS VALUES (2, 'clerk')")
     assert [e["new"]["NOTE"] for e in events(settings)] == ["owner", "clerk"]
     assert Subs(settings)("status", "--check").exit_code == 0
+
+
+def test_a_table_dropped_and_created_again_by_its_owner_keeps_its_condition_rights(settings, make_user):
+    """The engine drops a trigger's rights with it: the trigger made again
+    at the CREATE TABLE's commit gets what the earlier one was found to need,
+    from the owner who may give it, before any listener settles it."""
+    app, clerk = make_user("app"), make_user("clerk")
+    execute(settings, f"GRANT CREATE TABLE TO USER {app.user}")
+    execute(
+        app,
+        "CREATE TABLE APP_CUSTOMERS (ID INTEGER NOT NULL PRIMARY KEY, VIP BOOLEAN)",
+        "CREATE TABLE APP_ITEMS (ID INTEGER NOT NULL PRIMARY KEY, CUSTOMER INTEGER)",
+    )
+    execute(app, "INSERT INTO APP_CUSTOMERS VALUES (1, TRUE)")
+    condition = "EXISTS (SELECT 1 FROM APP_CUSTOMERS C WHERE C.ID = NEW.CUSTOMER AND C.VIP)"
+    Subs(settings).ok("add", "app_items", "I", "audit", "--when", condition)
+    assert query(settings, "SELECT TRIM(OBJECT_NAME), TRIM(OBJECT_KIND) FROM EVENT_CAPTURE_RIGHT") == [
+        ("APP_CUSTOMERS", "select")
+    ]
+
+    execute(app, "DROP TABLE APP_ITEMS")
+    execute(app, "CREATE TABLE APP_ITEMS (ID INTEGER NOT NULL PRIMARY KEY, CUSTOMER INTEGER)")
+    execute(app, f"GRANT INSERT ON APP_ITEMS TO USER {clerk.user}")
+    execute(clerk, "INSERT INTO APP_ITEMS VALUES (1, 1)", "INSERT INTO APP_ITEMS VALUES (2, 2)")
+    assert [e["pk"]["ID"] for e in events(settings)] == [1]
+    assert Subs(settings)("status", "--check").exit_code == 0
+
+    Subs(settings).ok("remove", "app_items", "I", "audit")
+    assert query(settings, "SELECT COUNT(*) FROM EVENT_CAPTURE_RIGHT") == [(0,)]

@@ -1,11 +1,33 @@
--- Schema version 16: a subscribed table that loses its primary key is still
--- captured. A migration that drops the key in one transaction and adds the
--- next in a later one lost every change written in between (the generator
--- left an empty inactive trigger until the table had a key again). Now
--- those changes are logged with an empty key (`event.pk` is {}), and `subs
--- status --check` names the table until it has a key. `subs init`
--- regenerates the capture triggers after the upgrade. The block is a frozen
--- copy of sql/capture.sql as it was for version 16.
+-- Schema version 16: capture that follows two more of the application's
+-- migrations.
+-- - A subscribed table that loses its primary key is still captured. A
+--   migration that dropped the key in one transaction and added the next in
+--   a later one lost every change written in between (the generator left an
+--   empty inactive trigger until the table had a key again). Now those
+--   changes are logged with an empty key (`event.pk` is {}), and `subs
+--   status --check` names the table until it has a key.
+-- - EVENT_CAPTURE_RIGHT remembers what each capture trigger's --when
+--   conditions need, and EVENT_CAPTURE_SYNC grants it to a trigger it makes
+--   again when the application drops the table and creates it again (the
+--   engine drops a trigger's rights with it). Writers without those rights
+--   of their own were refused until a listener settled the trigger.
+-- `subs init` regenerates the capture triggers after the upgrade. The
+-- procedures are frozen copies of sql/capture.sql as it was for version 16.
+
+-- name: create_capture_rights
+-- What each subscribed table's capture trigger was last found to need for
+-- its --when conditions (tables and views it reads, routines it calls;
+-- capture/trigger_sync.grant_condition_rights). The engine drops a
+-- trigger's rights with the trigger: when the application drops the table
+-- and creates it again, EVENT_CAPTURE_SYNC grants them to the new trigger
+-- as it makes it, from here, where its user may give them.
+CREATE TABLE EVENT_CAPTURE_RIGHT (
+    TABLE_NAME   VARCHAR(63) CHARACTER SET UTF8 NOT NULL,
+    OBJECT_NAME  VARCHAR(63) CHARACTER SET UTF8 NOT NULL,
+    OBJECT_KIND  VARCHAR(10) CHARACTER SET ASCII NOT NULL,
+    CONSTRAINT PK_EVENT_CAPTURE_RIGHT PRIMARY KEY (TABLE_NAME, OBJECT_NAME, OBJECT_KIND),
+    CONSTRAINT CK_EVENT_CAPTURE_RIGHT_KIND CHECK (OBJECT_KIND IN ('select', 'procedure', 'function', 'package'))
+);
 
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
@@ -347,6 +369,87 @@ BEGIN
         || 'BEGIN' || nl || body || 'END';
     SUSPEND;
 END;
+
+-- name: sync_procedure
+-- Make the table's capture trigger what the generator says now, changing
+-- it only when its text or state differs: the engine lets an attachment
+-- that first reads the table's triggers while a DDL transaction is open
+-- see that transaction's uncommitted trigger, and keeps it even if the DDL
+-- is rolled back, so every needless change is a chance to capture with a
+-- trigger that never committed. When there is nothing to capture, an empty
+-- inactive trigger is left in its place (it depends on no column; `subs
+-- remove` drops it). Returns the REASON when nothing is captured.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
+AS
+DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_kind VARCHAR(10) CHARACTER SET ASCII;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+BEGIN
+    SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
+    INTO TRIGGER_NAME, source, REASON;
+    IF (source IS NOT NULL) THEN
+    BEGIN
+        -- The catalogue keeps a trigger's text from its AS on.
+        body = SUBSTRING(source FROM POSITION(nl || 'AS' || nl IN source) + 1);
+        IF (NOT EXISTS (SELECT 1 FROM RDB$TRIGGERS
+                        WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME AND RDB$RELATION_NAME = :TABLE_NAME
+                          AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
+                          AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
+        BEGIN
+            EXECUTE STATEMENT source;
+            -- What the table's earlier trigger was found to need for its
+            -- conditions: a trigger made again (the table dropped and
+            -- created again) has lost it, and writers without it of their
+            -- own would be refused until a listener's settle. A right this
+            -- user may not give fails quietly; the settle grants it later.
+            FOR SELECT OBJECT_NAME, OBJECT_KIND FROM EVENT_CAPTURE_RIGHT
+                WHERE TABLE_NAME = :TABLE_NAME
+                INTO object_name, object_kind
+            DO
+            BEGIN
+                EXECUTE STATEMENT 'GRANT '
+                    || IIF(object_kind = 'select', 'SELECT ON ', 'EXECUTE ON ' || UPPER(object_kind) || ' ')
+                    || '"' || REPLACE(object_name, '"', '""') || '" TO TRIGGER "'
+                    || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+                WHEN ANY DO
+                    BEGIN
+                    END
+            END
+        END
+        -- The trigger writes EVENT_LOG for writers who may not: it gets the
+        -- right itself (CREATE OR ALTER keeps it). The table's owner gets
+        -- it with the grant option: when the owner's own migration makes a
+        -- new trigger (DROP and CREATE TABLE), the owner can pass it on.
+        -- Either grant fails quietly for a user who may not give it.
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+        SELECT TRIM(RDB$OWNER_NAME) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = :TABLE_NAME INTO owner;
+        IF (owner IS DISTINCT FROM CURRENT_USER) THEN
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO USER "' || REPLACE(owner, '"', '""')
+                || '" WITH GRANT OPTION';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+    END
+    ELSE IF (REASON <> 'no table') THEN
+        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
+            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+    SUSPEND;
+END;
+
+-- name: grant_sync_rights_read
+GRANT SELECT ON EVENT_CAPTURE_RIGHT TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: record_version
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER

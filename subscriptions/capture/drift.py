@@ -48,8 +48,8 @@ def _trigger_state(cursor: Cursor, name: str, generated: str) -> str:
         return "trigger stale"
     if not may_write:
         return "trigger may not write EVENT_LOG"
-    cursor.execute(statements["capture_trigger_missing_rights"], (name,))
-    lacking = sorted(str(row[0]) for row in cursor.fetchall())
+    cursor.execute(statements["capture_trigger_rights"], (name,))
+    lacking = sorted(str(object_name) for object_name, _, held in cursor.fetchall() if not held)
     if lacking:
         return f"trigger may not use {', '.join(lacking)}"
     return OK

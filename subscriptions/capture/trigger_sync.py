@@ -73,21 +73,24 @@ def settle_trigger(cursor: Cursor, table: str) -> None:
     It comes after the trigger's commit, as the rights its conditions need do
     (``grant_condition_rights``); a trigger left without subscriptions goes.
     """
+    active = any(s.active for s in for_table(cursor, table))
+    if not active:
+        cursor.execute(sql.load("subscribers")["forget_rights"], (table,))
     name = capture_trigger(cursor, table)
     if name is None:
         return
-    if any(s.active for s in for_table(cursor, table)):
+    if active:
         _grant_and_touch(cursor, name, table)
     else:
         cursor.execute(sql.with_identifiers(sql.load("subscribers")["drop_trigger"], trigger=name))
 
 
-def missing_rights(cursor: Cursor, trigger: str) -> list[tuple[str, str]]:
-    """What the trigger's --when conditions read or call without its holding
-    the right to, as (object, kind): kind is select, procedure, function or
-    package."""
-    cursor.execute(sql.load("metadata")["capture_trigger_missing_rights"], (trigger,))
-    return [(str(name), str(kind)) for name, kind in cursor.fetchall()]
+def _condition_rights(cursor: Cursor, trigger: str) -> list[tuple[str, str, bool]]:
+    """What the trigger's --when conditions read or call, as (object, kind,
+    held): kind is select, procedure, function or package; held says whether
+    the trigger holds the right to."""
+    cursor.execute(sql.load("metadata")["capture_trigger_rights"], (trigger,))
+    return [(str(name), str(kind), bool(held)) for name, kind, held in cursor.fetchall()]
 
 
 def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
@@ -96,9 +99,16 @@ def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
     would have its write refused ("no permission for SELECT access"), which
     no WHEN handler inside the trigger can catch. The engine records what a
     trigger uses only when it commits, so this runs after. A right this user
-    may not give is a warning (and `subs status` shows the trigger drifted)."""
+    may not give is a warning (and `subs status` shows the trigger drifted).
+    The rights are remembered for EVENT_CAPTURE_SYNC, which gives them to
+    the trigger it makes when the application drops the table and creates
+    it again (the engine drops a trigger's rights with it)."""
     statements = sql.load("subscribers")
-    for name, kind in missing_rights(cursor, trigger):
+    rights = _condition_rights(cursor, trigger)
+    _remember_rights(cursor, table, {(name, kind) for name, kind, _ in rights})
+    for name, kind, held in rights:
+        if held:
+            continue
         grant = sql.with_identifiers(statements[f"grant_{kind}_to_trigger"], object=name, trigger=trigger)
         try:
             cursor.execute(grant)
@@ -112,6 +122,26 @@ def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
                 first_line(exc),
                 grant,
             )
+
+
+def _remember_rights(cursor: Cursor, table: str, rights: set[tuple[str, str]]) -> None:
+    statements = sql.load("subscribers")
+    try:
+        cursor.execute(statements["remembered_rights"], (table,))
+        if {(str(name), str(kind)) for name, kind in cursor.fetchall()} == rights:
+            return
+        cursor.execute(statements["forget_rights"], (table,))
+        for name, kind in sorted(rights):
+            cursor.execute(statements["remember_right"], (table, name, kind))
+    except DatabaseError as exc:
+        log.warning(
+            "could not record what the capture trigger of %s needs (%s): if the application drops and "
+            "creates %s again, writers may be refused until a listener settles it; run `subs grant` "
+            "for this user again",
+            table,
+            first_line(exc),
+            table,
+        )
 
 
 def _grant_and_touch(cursor: Cursor, trigger: str, table: str) -> None:
