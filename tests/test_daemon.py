@@ -69,7 +69,13 @@ def listener() -> Iterator[subprocess.Popen[str]]:
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A `sleep 30`, once its command line shows: Popen returns as the exec
+    begins, and /proc/PID/cmdline stays empty until the new program's
+    arguments are in place (seen once in a CI run on a busy machine)."""
     child = subprocess.Popen(["sleep", "30"])
+    deadline = time.monotonic() + 10
+    while pidfile_module.cmdline(child.pid) != ["sleep", "30"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield child
     child.kill()
     child.wait()
