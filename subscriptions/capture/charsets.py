@@ -37,6 +37,9 @@ _CODECS = {
     "KOI8R": "koi8_r",
 }
 _GBK_EURO = "subs.gbk_euro"
+# Python's GB18030 is the 2000 edition; the engine's is 2005's, which swaps
+# these two characters (bytes A8BC and 8135F437).
+_GB18030_2005 = {0x1E3F: 0xE7C7, 0xE7C7: 0x1E3F}
 # Bytes 0x80-0xFF as the engine reads them; U+FFFE (undefined to
 # codecs.charmap_decode) where it has none.
 _UPPER_HALVES = {
@@ -119,6 +122,8 @@ def decode_text(data: bytes, charset: str) -> str | bytes:
     try:
         if charset in _CHARMAPS:
             return codecs.charmap_decode(data, "strict", _CHARMAPS[charset])[0]
+        if charset == "GB18030":
+            return data.decode("gb18030").translate(_GB18030_2005)
         return data.decode(_codec(charset), _GBK_EURO if charset == "GBK" else "strict")
     except (LookupError, UnicodeDecodeError):
         return data
