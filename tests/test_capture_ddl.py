@@ -135,6 +135,32 @@ def test_changes_between_dropping_a_primary_key_and_adding_the_next_are_captured
     assert check(people)[0] == 0
 
 
+def test_a_primary_key_too_long_to_capture_is_left_out_and_the_migration_runs(people):
+    """A key longer than EVENT_LOG.PK_ROW holds (1,000 bytes of captured key)
+    no longer refuses the application's migration: its changes are logged
+    with an empty key, and `status --check` says why."""
+    execute(
+        people,
+        "ALTER TABLE PEOPLE ADD CODE VARCHAR(300) CHARACTER SET UTF8 NOT NULL",
+        f'ALTER TABLE PEOPLE DROP CONSTRAINT "{primary_key_constraint(people)}"',
+        "ALTER TABLE PEOPLE ADD PRIMARY KEY (CODE)",
+    )
+    execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30, 'ann')", "DELETE FROM PEOPLE")
+    assert [(e["action"], e["pk"], (e["new"] or e["old"])["CODE"]) for e in events(people)] == [
+        ("I", {}, "ann"),
+        ("D", {}, "ann"),
+    ]
+    code, output = check(people)
+    assert code == 1
+    assert output.splitlines()[0] == (
+        "subscription 1 (PEOPLE I audit): primary key too long to capture: captured with an empty key"
+    )
+    assert Subs(people).ok("add", "people", "IUD", "audit").count("already subscribed") == 3
+    refused = Subs(people)("add", "people", "I", "other")
+    assert refused.exit_code == 1 and "too long to capture" in refused.output
+    assert query(people, "SELECT COUNT(*) FROM EVENT_SUBSCRIBER") == [(3,)]
+
+
 def test_a_table_dropped_and_created_again_is_captured_again(people):
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     execute(people, "DROP TABLE PEOPLE")

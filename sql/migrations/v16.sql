@@ -1,18 +1,20 @@
--- Schema version 16: capture that follows two more of the application's
+-- Schema version 16: capture that follows more of the application's
 -- migrations.
--- - A subscribed table that loses its primary key is still captured. A
---   migration that dropped the key in one transaction and added the next in
---   a later one lost every change written in between (the generator left an
---   empty inactive trigger until the table had a key again). Now those
---   changes are logged with an empty key (`event.pk` is {}), and `subs
---   status --check` names the table until it has a key.
+-- - A subscribed table without a primary key, or with one longer than
+--   EVENT_LOG.PK_ROW holds, is still captured, with an empty key
+--   (`event.pk` is {}), and `subs status --check` names it. A migration
+--   that dropped the key in one transaction and added the next in a later
+--   one lost every change written in between (the generator left an empty
+--   inactive trigger), and EVENT_CAPTURE_AFTER_DDL refused a migration that
+--   gave a subscribed table a key too long to capture; it no longer asks.
 -- - EVENT_CAPTURE_RIGHT remembers what each capture trigger's --when
 --   conditions need, and EVENT_CAPTURE_SYNC grants it to a trigger it makes
 --   again when the application drops the table and creates it again (the
 --   engine drops a trigger's rights with it). Writers without those rights
 --   of their own were refused until a listener settled the trigger.
 -- `subs init` regenerates the capture triggers after the upgrade. The
--- procedures are frozen copies of sql/capture.sql as it was for version 16.
+-- procedures and the trigger are frozen copies of sql/capture.sql as it was
+-- for version 16.
 
 -- name: create_capture_rights
 -- What each subscribed table's capture trigger was last found to need for
@@ -32,10 +34,11 @@ CREATE TABLE EVENT_CAPTURE_RIGHT (
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
 -- subscriptions; SOURCE is NULL and REASON says why when there is nothing
--- to capture: 'no table', 'key too long', 'no subscription'. REASON 'no
--- primary key' comes with a SOURCE that captures every change with an
+-- to capture: 'no table', 'no subscription'. REASON 'no primary key' or
+-- 'key too long' comes with a SOURCE that captures every change with an
 -- empty key: a migration that drops a subscribed table's primary key and
--- adds another in a later transaction loses no change in between. INSERT_KEY
+-- adds another in a later transaction loses no change in between, and
+-- none is refused for its new key's length. INSERT_KEY
 -- and INSERT_ROW are the expressions an insert's key and row are captured
 -- with (over NEW), for the backfill generator below; set only when the table
 -- is captured with its primary key.
@@ -241,11 +244,15 @@ BEGIN
             END
         END
     END
+    -- A key longer than EVENT_LOG.PK_ROW holds is left out like a missing
+    -- one (a longer PK_ROW would cost every insert of the log: about 1.4 µs
+    -- per row for each 1,000 bytes of its declared length, embedded
+    -- Firebird 5), so that no migration of the application is refused.
     IF (key_bytes > 1000) THEN
     BEGIN
         REASON = 'key too long';
-        SUSPEND;
-        EXIT;
+        key_old = '''~''';
+        key_new = '''~''';
     END
     IF (row_bytes > 32000 AND NOT has_blob) THEN
     BEGIN
@@ -450,6 +457,41 @@ END;
 
 -- name: grant_sync_rights_read
 GRANT SELECT ON EVENT_CAPTURE_RIGHT TO PROCEDURE EVENT_CAPTURE_SYNC;
+
+-- name: after_ddl_trigger
+-- DDL on a subscribed table (or on a domain one of its columns uses) only
+-- marks the table; EVENT_CAPTURE_AT_COMMIT regenerates its capture trigger
+-- when the DDL's transaction commits. Regenerated here, the new trigger
+-- would be seen, uncommitted, by every attachment that reads the table's
+-- triggers while the DDL's transaction is open (the engine's metadata
+-- reads see uncommitted changes) and by writes in the DDL's own
+-- transaction, all of which still write the old shape of the table: a
+-- trigger reading a column added by the DDL failed their writes ("column
+-- ... is not defined"), and went on failing them after a rollback until
+-- they reconnected. The marks are context variables of the transaction,
+-- named by a hash of the table name (a collision only regenerates a
+-- trigger that did not need it). Until version 16 it refused a new primary
+-- key too long to capture; such a key is now left out of the events.
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_AFTER_DDL
+ACTIVE AFTER CREATE TABLE OR ALTER TABLE OR ALTER DOMAIN POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    FOR SELECT DISTINCT TRIM(s.TABLE_NAME) FROM EVENT_SUBSCRIBER s
+        WHERE (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'TABLE'
+               AND s.TABLE_NAME = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))
+           OR (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'DOMAIN'
+               AND EXISTS (SELECT 1 FROM RDB$RELATION_FIELDS rf
+                           WHERE rf.RDB$RELATION_NAME = s.TABLE_NAME
+                             AND rf.RDB$FIELD_SOURCE = COALESCE(RDB$GET_CONTEXT('DDL_TRIGGER', 'NEW_OBJECT_NAME'),
+                                                                RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))))
+        INTO table_name
+    DO
+    BEGIN
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), 1);
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', 1);
+    END
+END;
 
 -- name: record_version
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER

@@ -15,12 +15,17 @@ OK = "ok"
 # What EVENT_CAPTURE_SOURCE's REASON means for an operator.
 _REASONS = {
     "no table": "table missing",
-    "key too long": "primary key too long to capture",
     "no subscription": "no active subscription",
 }
-# A table that lost its primary key (in a migration, before it adds the
-# next one) is still captured, without a key: drift all the same.
-KEYLESS = "table has no primary key: captured with an empty key"
+# A table without a primary key (a migration between dropping one and
+# adding the next) or with one too long for EVENT_LOG is still captured,
+# with an empty key: drift all the same.
+_KEYLESS = {
+    "no primary key": "table has no primary key: captured with an empty key",
+    "key too long": "primary key too long to capture: captured with an empty key",
+}
+# States a trigger made again would not change.
+KEYLESS_STATES = frozenset(_KEYLESS.values())
 
 
 def capture_state(cursor: Cursor, table: str) -> str:
@@ -31,7 +36,7 @@ def capture_state(cursor: Cursor, table: str) -> str:
     if source is None:
         return _REASONS.get(reason, str(reason))
     state = _trigger_state(cursor, name, read_text(source) or "")
-    return KEYLESS if state == OK and reason == "no primary key" else state
+    return _KEYLESS[reason] if state == OK and reason in _KEYLESS else state
 
 
 def _trigger_state(cursor: Cursor, name: str, generated: str) -> str:

@@ -23,10 +23,10 @@ from subscriptions.db.connection import Database
 from subscriptions.db.errors import COLUMN_UNKNOWN, codes, first_line, is_conflict
 from subscriptions.errors import SubsError
 
-from .drift import OK, capture_state, capture_states
+from .drift import KEYLESS_STATES, OK, capture_state, capture_states
 from .metadata import Table, find_table, load_table
 from .names import ACTION_NAMES, check_condition, check_tag, lookup_names, parse_actions, split_names
-from .trigger_sync import for_table, settle_trigger, subscription_from_row, sync_trigger
+from .trigger_sync import MAX_KEY_BYTES, for_table, settle_trigger, subscription_from_row, sync_trigger
 from .triggers import Subscription, probe
 
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
@@ -118,12 +118,17 @@ def add(
                 outcome = "updated"
             changes.append(Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition)))
         if all(change.outcome == "unchanged" for change in changes):
-            if capture_state(cursor, table.name) == OK:
+            state = capture_state(cursor, table.name)
+            if state == OK or state in KEYLESS_STATES:
                 return changes, None
             # Subscribed already, but the trigger drifted: make it again.
             changes = [Change("repaired", change.subscription) for change in changes]
         _check_when(cursor, table, [c.subscription for c in changes if c.outcome != "unchanged"])
-        sync_trigger(cursor, table)
+        if sync_trigger(cursor, table) == "key too long" and any(c.outcome == "added" for c in changes):
+            raise SubsError(
+                f"the primary key of {table.name} is too long to capture (more than {MAX_KEY_BYTES} bytes "
+                "of captured key); subscribe to a table with a shorter key"
+            )
         return changes, table.name
 
     return _apply(db, work)

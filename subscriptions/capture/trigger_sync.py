@@ -13,14 +13,13 @@ from firebird.driver import Cursor, DatabaseError
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
-from subscriptions.errors import SubsError
 
 from .metadata import Table, find_table, load_table
 from .triggers import Subscription
 
 log = logging.getLogger("subs.capture")
 
-# EVENT_LOG.PK_ROW's width: the generator refuses a longer captured key.
+# EVENT_LOG.PK_ROW's width: a longer captured key is left out (`subs add` refuses it).
 MAX_KEY_BYTES = 1000
 
 
@@ -49,17 +48,15 @@ def capture_trigger(cursor: Cursor, table: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def sync_trigger(cursor: Cursor, table: Table) -> None:
+def sync_trigger(cursor: Cursor, table: Table) -> str | None:
     """Regenerate the table's trigger from its active subscriptions with the
     database's generator, or leave an empty inactive one when none is left
-    (``settle_trigger`` then drops it)."""
+    (``settle_trigger`` then drops it). Returns the generator's REASON: 'no
+    primary key' and 'key too long' mean changes are captured with an empty
+    key (see sql/capture.sql)."""
     cursor.execute(sql.load("subscribers")["sync_trigger"], (table.name,))
     _, reason = cursor.fetchone()
-    if reason == "key too long":
-        raise SubsError(
-            f"the primary key of {table.name} is too long to capture (more than {MAX_KEY_BYTES} bytes "
-            "of captured key); subscribe to a table with a shorter key"
-        )
+    return None if reason is None else str(reason)
 
 
 def settle_trigger(cursor: Cursor, table: str) -> None:
