@@ -38,10 +38,10 @@ CREATE TABLE EVENT_CAPTURE_RIGHT (
 -- 'key too long' comes with a SOURCE that captures every change with an
 -- empty key: a migration that drops a subscribed table's primary key and
 -- adds another in a later transaction loses no change in between, and
--- none is refused for its new key's length. INSERT_KEY
--- and INSERT_ROW are the expressions an insert's key and row are captured
--- with (over NEW), for the backfill generator below; set only when the table
--- is captured with its primary key.
+-- none is refused for its new key's length. INSERT_KEY and INSERT_ROW are
+-- the expressions an insert's key and row are captured with (over NEW),
+-- for the backfill generator below; set only when the table is captured
+-- with its primary key.
 CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SOURCE (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
 RETURNS (
     TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8,

@@ -133,11 +133,10 @@ def _remember_rights(cursor: Cursor, table: str, rights: set[tuple[str, str]]) -
     except DatabaseError as exc:
         log.warning(
             "could not record what the capture trigger of %s needs (%s): if the application drops and "
-            "creates %s again, writers may be refused until a listener settles it; run `subs grant` "
-            "for this user again",
+            "creates the table again, writers may be refused until a listener settles it%s",
             table,
             first_line(exc),
-            table,
+            "; run `subs grant` for this user again" if NO_PRIVILEGE in codes(exc) else "",
         )
 
 
