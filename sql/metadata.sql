@@ -71,3 +71,12 @@ WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_O
            AND EXISTS (SELECT 1 FROM RDB$FUNCTIONS f
                        WHERE f.RDB$FUNCTION_NAME = d.RDB$DEPENDED_ON_NAME AND f.RDB$PACKAGE_NAME IS NULL
                          AND COALESCE(f.RDB$LEGACY_FLAG, 0) = 0)));
+
+-- name: granted_listeners
+-- Users `subs grant` gave a listener's rights to (they may run the schema
+-- version function), but not the owner of subs's tables, who needs none.
+SELECT DISTINCT TRIM(p.RDB$USER)
+FROM RDB$USER_PRIVILEGES p
+WHERE p.RDB$RELATION_NAME = 'EVENT_SCHEMA_VERSION' AND p.RDB$OBJECT_TYPE = 15
+  AND p.RDB$USER_TYPE = 8 AND p.RDB$PRIVILEGE = 'X'
+  AND p.RDB$USER <> (SELECT RDB$OWNER_NAME FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG');

@@ -12,10 +12,13 @@ import pytest
 from firebird.driver import DatabaseError
 
 from subscriptions.capture.trigger_sync import ChangedTriggerSettler
+from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
+from subscriptions.schema.upgrade import upgrade
+from subscriptions.schema.version import LATEST
 
-from conftest import Subs, assert_one_line_error, events, execute, query
+from conftest import Subs, another_database, assert_one_line_error, events, execute, query
 from listening import Listener, handled, insert, remaining
 
 
@@ -176,3 +179,29 @@ def test_a_table_dropped_and_created_again_by_its_owner_keeps_its_condition_righ
 
     Subs(settings).ok("remove", "app_items", "I", "audit")
     assert query(settings, "SELECT COUNT(*) FROM EVENT_CAPTURE_RIGHT") == [(0,)]
+
+
+def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings, make_user):
+    """Version 16 adds EVENT_CAPTURE_RIGHT: a listener `subs grant` made
+    before the upgrade gets it from `subs init`, not from a second grant."""
+    listener_user = make_user("listener")
+    old = another_database(settings)
+    with Database(old) as db:
+        upgrade(db, target=15)
+    grants = sql.load("grants")
+    execute(
+        old,
+        *(sql.with_identifiers(grants[name], user=listener_user.user) for name in grants if name != "capture_rights"),
+    )
+
+    assert Subs(old).ok("init").splitlines() == [
+        f"upgraded schema from version 15 to {LATEST}",
+        f"granted {listener_user.user} this version's listener rights",
+    ]
+    assert query(
+        old,
+        "SELECT TRIM(RDB$PRIVILEGE) FROM RDB$USER_PRIVILEGES WHERE RDB$RELATION_NAME = 'EVENT_CAPTURE_RIGHT' "
+        "AND RDB$USER = ? ORDER BY 1",
+        (listener_user.user,),
+    ) == [("D",), ("I",), ("S",)]
+    assert Subs(old).ok("init").strip() == f"schema is up to date (version {LATEST})"

@@ -27,13 +27,15 @@ def init(ctx: click.Context, create: bool) -> None:
             raise
         db = open_database(ctx, create=True, current=False)
         click.echo(f"created database {app(ctx).settings.dsn}")
-    before, after = init_database(db)
+    before, after, regranted = init_database(db)
     if before == after:
         click.echo(f"schema is up to date (version {after})")
     elif before == 0:
         click.echo(f"installed schema version {after}")
     else:
         click.echo(f"upgraded schema from version {before} to {after}")
+    for user in regranted:
+        click.echo(f"granted {user} this version's listener rights")
 
 
 def _describe(change: subscribers.Change) -> str:

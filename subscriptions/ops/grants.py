@@ -36,10 +36,26 @@ def user_name(typed: str) -> str:
 def grant_listener(db: Database, typed: str) -> str:
     """Grant ``typed`` what `subs listen` needs; returns the user's name."""
     name = user_name(typed)
-
-    def grant(cursor: Cursor) -> None:
-        for statement in sql.load("grants").values():
-            cursor.execute(sql.with_identifiers(statement, user=name))
-
-    db.run(grant)
+    db.run(lambda cursor: _grant(cursor, name))
     return name
+
+
+def regrant_listeners(db: Database) -> list[str]:
+    """Grant this version's rights again to every user an earlier `subs
+    grant` made a listener (after an upgrade): a version that adds a table
+    (EVENT_STATS, EVENT_CAPTURE_RIGHT) would otherwise leave them without
+    it. Returns their names."""
+
+    def regrant(cursor: Cursor) -> list[str]:
+        cursor.execute(sql.load("metadata")["granted_listeners"])
+        names = [str(row[0]) for row in cursor.fetchall()]
+        for name in names:
+            _grant(cursor, name)
+        return names
+
+    return db.run(regrant)
+
+
+def _grant(cursor: Cursor, name: str) -> None:
+    for statement in sql.load("grants").values():
+        cursor.execute(sql.with_identifiers(statement, user=name))
