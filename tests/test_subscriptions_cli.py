@@ -175,6 +175,15 @@ def test_when_failing_at_run_time_keeps_the_write_and_logs_the_change_dead(subs,
         "YEAR_RELEASED": 0,
     }
     assert "the --when condition raised" in subs.ok("dead")
+    shown = sorted(row["last_error"] for row in json.loads(subs.ok("dead", "--json")))
+    if engine == "fb3":  # the client library spells the GDSCODE out
+        assert shown == [
+            "the --when condition raised: arithmetic exception, numeric overflow, or string truncation "
+            "(SQLSTATE 22012, GDSCODE 335544321)",
+            'the --when condition raised: conversion error from string "?" (SQLSTATE 22018, GDSCODE 335544334)',
+        ]
+    else:
+        assert shown == sorted([division, cast])
     assert "re-queued 2 dead event(s)" in subs.ok("retry", "--all")
     assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(0,)]
 

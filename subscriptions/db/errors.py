@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from firebird.driver import DatabaseError
+import ctypes
+import re
+
+from firebird.driver import DatabaseError, fbapi
 
 from subscriptions.errors import SubsError
 
@@ -100,3 +103,31 @@ def connect_error(exc: DatabaseError, settings: ConnectionSettings) -> SubsError
     if _IO_ERROR in found:
         return SubsError(f"cannot open database {where}: {first_line(exc)}")
     return SubsError(f"cannot connect to {where}: {first_line(exc)}")
+
+
+# How a capture trigger on Firebird 3, whose PSQL has no RDB$ERROR, records
+# the error a --when condition raised (sql/capture.sql).
+_CODES_ONLY = re.compile(r"SQLSTATE (\w{5}), GDSCODE (\d+)$")
+_MESSAGE_ARGUMENTS = 4
+_ARG_END, _ARG_GDS, _ARG_STRING = 0, 1, 2  # a status vector's items (isc_arg_*)
+
+
+def spelled_out(error: str | None) -> str | None:
+    """A stored event error, with a Firebird 3 GDSCODE's message put in front
+    of its codes by the client library (its arguments, which the trigger
+    could not keep, shown as ?)."""
+    found = _CODES_ONLY.search(error or "")
+    if error is None or found is None:
+        return error
+    placeholder = ctypes.c_char_p(b"?")
+    argument = ctypes.cast(placeholder, ctypes.c_void_p).value or 0
+    vector = (fbapi.ISC_STATUS * (3 + 2 * _MESSAGE_ARGUMENTS))(
+        _ARG_GDS, int(found.group(2)), *([_ARG_STRING, argument] * _MESSAGE_ARGUMENTS), _ARG_END
+    )
+    message = ctypes.create_string_buffer(1024)
+    if not fbapi.get_api().fb_interpret(
+        message, len(message), ctypes.pointer(ctypes.cast(vector, fbapi.ISC_STATUS_PTR))
+    ):
+        return error
+    text = message.value.decode(errors="replace")
+    return f"{error[: found.start()]}{text} ({found.group(0)})"

@@ -22,6 +22,7 @@ from subscriptions.capture.keys import key_hash, row_key
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import read_blob, read_text
+from subscriptions.db.errors import spelled_out
 from subscriptions.delivery.metrics import queue_depths
 from subscriptions.errors import SubsError
 
@@ -190,7 +191,7 @@ def _event(row: Sequence[Any], held_until: dt.datetime | None = None) -> LoggedE
         state=_STATE_NAMES[state],
         in_flight=bool(held),
         attempts=attempts,
-        last_error=read_text(error),
+        last_error=spelled_out(read_text(error)),
         pk=pk,
         old=old_values,
         new=new_values,

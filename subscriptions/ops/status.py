@@ -11,6 +11,7 @@ from subscriptions.capture.drift import OK, capture_states
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
+from subscriptions.db.errors import spelled_out
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema.version import require_current
 
@@ -123,6 +124,6 @@ def problems(db: Database, kind: str) -> list[ProblemEvent]:
     with db.transaction() as cursor:
         cursor.execute(sql.load("status")[kind])
         return [
-            ProblemEvent(row[0], row[1], row[2], row[3], _key(row[4]), row[5], read_text(row[6]), *row[7:])
+            ProblemEvent(row[0], row[1], row[2], row[3], _key(row[4]), row[5], spelled_out(read_text(row[6])), *row[7:])
             for row in cursor.fetchall()
         ]
