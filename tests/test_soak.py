@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 from soak_checks import Change, Fault, run_checks
+
+from conftest import EngineWedged
 
 SCRIPT = Path(__file__).with_name("soak.py")
 CHANGES = {"fb3": 1500, "fb5": 1000}
@@ -40,21 +41,10 @@ RATE = {"fb3": 150}
 # finding 8: about 1 short fb5 soak in 40 here). A killed worker stalls the
 # producers for about 10 s (finding 4), and subs holds no lock a producer
 # waits for: a fb5 run that outlives its bound with no producer commit for
-# this long met the engine's wedge, which subs cannot end: it runs again once,
-# with a warning naming the evidence (as a test under which the Firebird 3
-# server crashed does, conftest.py), and must pass then.
+# this long met the engine's wedge, which subs cannot end: it raises
+# EngineWedged, runs again once with a warning naming the evidence
+# (conftest.py), and must pass then.
 ENGINE_WEDGE_AFTER = 60.0
-
-
-class EngineWedged(AssertionError):
-    """The embedded engine wedged under the soak: not a fault of subs."""
-
-
-def engine_wedged(error: BaseException | None) -> bool:
-    if isinstance(error, EngineWedged):
-        warnings.warn(f"{error}; the soak runs again")
-        return True
-    return False
 
 
 def producer_silence(workdir: Path, changes: int, until: float) -> float:
@@ -98,9 +88,7 @@ def stop_leftovers(soak: subprocess.Popen[str], workdir: Path) -> None:
 
 @pytest.mark.alone
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])
-@pytest.mark.parametrize(
-    "engine", ["fb3", pytest.param("fb5", marks=pytest.mark.flaky(reruns=1, condition=engine_wedged))]
-)
+@pytest.mark.parametrize("engine", ["fb3", "fb5"])
 def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
     command = [
         sys.executable,
