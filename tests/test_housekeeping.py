@@ -120,7 +120,10 @@ def test_rebuild_drops_the_pages_left_by_handled_events(items):
     with Database(items) as db:
         assert housekeeping.rebuild_queue_index(db)
     rebuilt = settled_fetches_per_claim(items)
-    assert rebuilt * 2 < with_history, (rebuilt, with_history)
+    # Typically 154 against 319 fetches (fb5) and 171 against 346 (fb3): half,
+    # give or take a few fetches, which is why "under half" failed once in CI
+    # at (171, 342). Under two thirds still tells a rebuild from none.
+    assert rebuilt * 3 < with_history * 2, (rebuilt, with_history)
     assert query(items, index_is_active()) == [(0,)]
 
 
