@@ -41,9 +41,10 @@ RATE = {"fb3": 150}
 # finding 8: about 1 short fb5 soak in 40 here). A killed worker stalls the
 # producers for about 10 s (finding 4), and subs holds no lock a producer
 # waits for: a fb5 run that outlives its bound with no producer commit for
-# this long met the engine's wedge, which subs cannot end: it raises
-# EngineWedged, runs again once with a warning naming the evidence
-# (conftest.py), and must pass then.
+# this long, or with a producer that has done nothing for this long and not
+# ended (hung in detach after its last commit), met the engine's wedge,
+# which subs cannot end: it raises EngineWedged, runs again once with a
+# warning naming the evidence (conftest.py), and must pass then.
 ENGINE_WEDGE_AFTER = 60.0
 
 
@@ -67,6 +68,24 @@ def producer_silence(workdir: Path, changes: int, until: float) -> float:
     if committed < changes:
         commits.append(until)
     return max((b - a for a, b in zip(commits, commits[1:])), default=0.0)
+
+
+def stuck_producers(workdir: Path, until: float) -> list[int]:
+    """Producers that logged no transaction for ENGINE_WEDGE_AFTER seconds
+    before ``until`` and never printed their summary: each waits inside the
+    engine (seen: done with its changes, hung in detach)."""
+    stuck = []
+    for path in sorted(workdir.glob("producer-*.jsonl")):
+        times = []
+        for line in path.read_text().splitlines():
+            try:
+                times.append(float(json.loads(line)["t"] or 0))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+        summary = path.with_suffix(".out").read_text() if path.with_suffix(".out").exists() else ""
+        if '"committed"' not in summary and until - max(times, default=until) >= ENGINE_WEDGE_AFTER:
+            stuck.append(int(path.stem.split("-")[1]))
+    return stuck
 
 
 def stop_leftovers(soak: subprocess.Popen[str], workdir: Path) -> None:
@@ -118,9 +137,11 @@ def test_soak_with_faults(engine: str, mode: str, tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         stop_leftovers(soak, workdir)
         silence = producer_silence(workdir, CHANGES[engine], time.time())
-        if engine == "fb5" and silence >= ENGINE_WEDGE_AFTER:
+        stuck = stuck_producers(workdir, time.time())
+        if engine == "fb5" and (silence >= ENGINE_WEDGE_AFTER or stuck):
             raise EngineWedged(
-                f"the embedded engine wedged after a SIGKILL: no producer committed for {silence:.0f} s "
+                f"the embedded engine wedged after a SIGKILL: no producer committed for {silence:.0f} s, "
+                f"producers stuck in the engine for {ENGINE_WEDGE_AFTER:.0f} s or more: {stuck or 'none'} "
                 "(tests/SOAK-NOTES.md, finding 8)"
             ) from None
         raise
