@@ -11,6 +11,8 @@ from firebird.driver import Cursor
 from subscriptions.db import sql
 from subscriptions.db.connection import read_text
 
+from .trigger_sync import condition_rights
+
 OK = "ok"
 # What EVENT_CAPTURE_SOURCE's REASON means for an operator.
 _REASONS = {
@@ -53,8 +55,7 @@ def _trigger_state(cursor: Cursor, name: str, generated: str) -> str:
         return "trigger stale"
     if not may_write:
         return "trigger may not write EVENT_LOG"
-    cursor.execute(statements["capture_trigger_rights"], (name,))
-    lacking = sorted(str(object_name) for object_name, _, held in cursor.fetchall() if not held)
+    lacking = sorted(object_name for object_name, _, held in condition_rights(cursor, name) if not held)
     if lacking:
         return f"trigger may not use {', '.join(lacking)}"
     return OK

@@ -82,7 +82,7 @@ def settle_trigger(cursor: Cursor, table: str) -> None:
         cursor.execute(sql.with_identifiers(sql.load("subscribers")["drop_trigger"], trigger=name))
 
 
-def _condition_rights(cursor: Cursor, trigger: str) -> list[tuple[str, str, bool]]:
+def condition_rights(cursor: Cursor, trigger: str) -> list[tuple[str, str, bool]]:
     """What the trigger's --when conditions read or call, as (object, kind,
     held): kind is select, procedure, function or package; held says whether
     the trigger holds the right to."""
@@ -101,7 +101,7 @@ def grant_condition_rights(cursor: Cursor, trigger: str, table: str) -> None:
     the trigger it makes when the application drops the table and creates
     it again (the engine drops a trigger's rights with it)."""
     statements = sql.load("subscribers")
-    rights = _condition_rights(cursor, trigger)
+    rights = condition_rights(cursor, trigger)
     _remember_rights(cursor, table, {(name, kind) for name, kind, _ in rights})
     for name, kind, held in rights:
         if held:
