@@ -25,7 +25,6 @@ failed login or an unreachable server is a failure, retried later.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import smtplib
 import ssl
 from collections.abc import Callable, Mapping
@@ -35,7 +34,7 @@ from typing import Any
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
-from subscriptions.events import Event, json_default
+from subscriptions.events import Event, dumps
 
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
@@ -85,7 +84,7 @@ def message(event: Event, settings: Mapping[str, Any]) -> EmailMessage:
     mail["From"] = str(sender)
     mail["To"] = ", ".join(_recipients(tag, settings))
     mail["Subject"] = " ".join(subject.split())  # captured values may hold line breaks
-    mail.set_content(json.dumps(fields, default=json_default, ensure_ascii=False, indent=2) + "\n")
+    mail.set_content(dumps(fields, indent=2) + "\n")
     return mail
 
 

@@ -11,10 +11,11 @@
 --     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL) or <n>:<value>
 -- <n> counts bytes, so nothing needs escaping and any byte can be carried.
 -- Types: i integer, N exact decimal (NUMERIC, DECIMAL, INT128, DECFLOAT),
--- f binary float as <integer>p<exponent>, b boolean, D date, T time,
--- S timestamp, z/Z time/timestamp with time zone, x bytes (OCTETS, binary
--- BLOB), s<charset> text as its stored bytes. ARRAY and COMPUTED BY columns
--- are left out. capture/values.py reads it back.
+-- f binary float as <integer>p<exponent> (or nan, inf, -inf, 0, -0),
+-- b boolean, D date, T time, S timestamp, z/Z time/timestamp with time
+-- zone, x bytes (OCTETS, binary BLOB), s<charset> text as its stored
+-- bytes. ARRAY and COMPUTED BY columns are left out. capture/values.py
+-- reads it back.
 
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
@@ -105,11 +106,11 @@ END
 DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
                            header VARCHAR(400) CHARACTER SET UTF8, type_code VARCHAR(70) CHARACTER SET UTF8,
                            field_length INTEGER)
-RETURNS VARCHAR(2000) CHARACTER SET UTF8
+RETURNS VARCHAR(4500) CHARACTER SET UTF8
 AS
 DECLARE ref VARCHAR(140) CHARACTER SET UTF8;
 DECLARE shift VARCHAR(200) CHARACTER SET UTF8;
-DECLARE value_expr VARCHAR(1000) CHARACTER SET UTF8;
+DECLARE value_expr VARCHAR(2000) CHARACTER SET UTF8;
 BEGIN
     ref = context || '."' || REPLACE(column_name, '"', '""') || '"';
     IF (type_code = 'f') THEN
@@ -117,9 +118,17 @@ BEGIN
         -- value = m * 2^shift exactly: with the shift 60 below the value's
         -- binary exponent (LOG may miss it by one either way), m is an
         -- integer of at most 62 bits; subnormals have the smallest shift.
+        -- NaN, the infinities (LOG of one raises) and zeros (with their
+        -- sign: ATAN2(-0, -1) is -pi) come first, and only comparisons
+        -- touch them: arithmetic on an infinity raises. NaN is the one value
+        -- unequal to itself (how it compares with numbers varies), so first.
         shift = 'CAST(MAXVALUE(FLOOR(LOG(2, ABS(' || ref || '))) - 60, -1074) AS INTEGER)';
-        value_expr = 'IIF(' || ref || ' = 0, ''0'', CAST(CAST(' || ref || ' / POWER(2, ' || shift
-            || ') AS BIGINT) AS VARCHAR(21)) || ''p'' || ' || shift || ')';
+        value_expr = 'CASE WHEN ' || ref || ' <> ' || ref || ' THEN ''nan'''
+            || ' WHEN ' || ref || ' > 1.7976931348623157e308 THEN ''inf'''
+            || ' WHEN ' || ref || ' < -1.7976931348623157e308 THEN ''-inf'''
+            || ' WHEN ' || ref || ' = 0 THEN IIF(ATAN2(' || ref || ', -1) < 0, ''-0'', ''0'')'
+            || ' ELSE CAST(CAST(' || ref || ' / POWER(2, ' || shift || ') AS BIGINT) AS VARCHAR(21)) || ''p'' || '
+            || shift || ' END';
     END
     ELSE IF (type_code = 'x') THEN
         value_expr = ref;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -57,15 +58,33 @@ class Event:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), default=json_default, ensure_ascii=False)
+        return dumps(self.as_dict())
 
 
-def json_default(value: Any) -> Any:
+def dumps(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON, captured values in it encoded losslessly by
+    ``_json_default``. Floats are numbers in their shortest exact form, but
+    NaN and the infinities, which JSON has no number for, are the strings
+    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, as a Decimal's are
+    (Python's own tokens for them would break other parsers)."""
+    return json.dumps(_spelled_out(value), default=_json_default, ensure_ascii=False, allow_nan=False, indent=indent)
+
+
+def _spelled_out(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _spelled_out(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_spelled_out(item) for item in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
     """JSON for captured values, lossless: Decimal as a string of its digits,
     bytes as base64, dates and times as ISO 8601, with the zone's name in
     brackets after the offset when the value has a named zone (RFC 9557:
-    ``2024-02-29T12:30:00+01:00[Europe/Prague]``). Floats are JSON numbers
-    in their shortest exact form."""
+    ``2024-02-29T12:30:00+01:00[Europe/Prague]``)."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, (dt.datetime, dt.time)):

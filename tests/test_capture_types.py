@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import uuid
 import zoneinfo
 from decimal import Decimal
@@ -195,8 +196,17 @@ def _same(captured: dict, selected: dict) -> None:
             assert got.replace(tzinfo=None) == value.replace(tzinfo=None), name
         elif isinstance(value, Decimal):
             assert str(got) == str(value), name  # the same digits, exponent and sign
+        elif isinstance(value, float):
+            assert _same_float(got, value), (name, got, value)
         else:
             assert got == value, name
+
+
+def _same_float(got: float, value: float) -> bool:
+    """Equal, NaN included, and zeros with the same sign."""
+    if math.isnan(value):
+        return math.isnan(got)
+    return got == value and math.copysign(1, got) == math.copysign(1, value)
 
 
 @pytest.fixture
@@ -279,6 +289,46 @@ def test_arrays_and_computed_columns_are_left_out_and_never_fail_a_write(all_typ
     assert event["new"]["C_INTEGER"] == 7
 
 
+# (FLOAT, DOUBLE PRECISION) by row: values no arithmetic may touch, and zeros.
+SPECIAL_FLOATS = {
+    1: (math.inf, -math.inf),
+    2: (-math.inf, math.nan),
+    3: (math.nan, -0.0),
+    4: (-0.0, math.inf),
+    5: (0.0, 0.0),
+}
+
+
+def _floats(settings) -> dict[int, dict]:
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT ID, F, D FROM FLOATS ORDER BY ID")
+        return {row[0]: {"ID": row[0], "F": row[1], "D": row[2]} for row in cursor.fetchall()}
+
+
+def test_infinities_nan_and_negative_zero_never_fail_a_write_and_arrive_as_stored(settings):
+    execute(settings, "CREATE TABLE FLOATS (ID INTEGER NOT NULL PRIMARY KEY, F FLOAT, D DOUBLE PRECISION)")
+    Subs(settings).ok("add", "floats", "IUD", "audit")
+    for row_id, (single, double) in SPECIAL_FLOATS.items():
+        execute(settings, "INSERT INTO FLOATS VALUES (?, ?, ?)", params=(row_id, single, double))
+    inserted = _floats(settings)
+    execute(settings, "UPDATE FLOATS SET F = D, D = F")
+    updated = _floats(settings)
+    execute(settings, "DELETE FROM FLOATS")
+
+    logged = events(settings)
+    assert [e["action"] for e in logged] == ["I"] * 5 + ["U"] * 5 + ["D"] * 5
+    for event in logged:
+        key = event["pk"]["ID"]
+        if event["action"] == "I":
+            _same(event["new"], inserted[key])
+        elif event["action"] == "U":
+            _same(event["old"], inserted[key])
+            _same(event["new"], updated[key])
+        else:
+            _same(event["old"], updated[key])
+    assert math.copysign(1, inserted[3]["D"]) == -1, "the driver reads -0 back: the comparison means something"
+
+
 def test_binary_keys_none_text_keys_and_float_keys_are_exact(settings):
     execute(
         settings,
@@ -297,7 +347,8 @@ def test_binary_keys_none_text_keys_and_float_keys_are_exact(settings):
 
 
 def test_to_json_is_lossless_and_documented(settings, engine):
-    """Decimal as its digits, floats as their shortest exact repr, bytes as
+    """Decimal as its digits, floats as their shortest exact repr (NaN and
+    the infinities as strings: JSON has no number for them), bytes as
     base64, times in ISO 8601 with the zone name when there is one."""
     event = Event(
         id=1,
@@ -315,11 +366,15 @@ def test_to_json_is_lossless_and_documented(settings, engine):
             # As captured values come: with the driver's tzinfo.
             "Z": dt.datetime(2024, 2, 29, 12, 30, tzinfo=get_timezone("Europe/Prague")),
             "O": dt.time(6, 45, tzinfo=get_timezone("-03:00")),
+            "inf": -math.inf,
+            "nan": math.nan,
+            "dnan": Decimal("NaN"),
+            "zero": -0.0,
         },
         attempt=1,
         created_at=dt.datetime(2024, 1, 1),
     )
-    new = json.loads(event.to_json())["new"]
+    new = json.loads(event.to_json(), parse_constant=_not_json)["new"]
     assert new == {
         "d": "1.10",
         "f": 0.30000000000000004,
@@ -328,7 +383,16 @@ def test_to_json_is_lossless_and_documented(settings, engine):
         "o": "06:45:00-03:00",
         "Z": "2024-02-29T12:30:00+01:00[Europe/Prague]",
         "O": "06:45:00-03:00",
+        "inf": "-Infinity",
+        "nan": "NaN",
+        "dnan": "NaN",
+        "zero": -0.0,
     }
+    assert math.copysign(1, new["zero"]) == -1
+
+
+def _not_json(token: str) -> None:
+    raise AssertionError(f"{token} is not JSON")
 
 
 # Letters of many scripts: each character set's column gets those it can hold.

@@ -51,9 +51,12 @@ def _time_tz(text: str) -> dt.time:
 
 
 def _binary_float(text: str) -> float:
-    """``<integer>p<exponent>``: the float's exact value, integer * 2**exponent."""
-    mantissa, _, exponent = text.partition("p")
-    return math.ldexp(int(mantissa), int(exponent or 0))
+    """``<integer>p<exponent>``: the float's exact value, integer * 2**exponent;
+    ``nan``, ``inf``, ``-inf``, ``0`` and ``-0`` as Python spells them."""
+    mantissa, exponent_mark, exponent = text.partition("p")
+    if not exponent_mark:
+        return float(text)
+    return math.ldexp(int(mantissa), int(exponent))
 
 
 _TEXT_READERS: dict[str, Callable[[str], Any]] = {

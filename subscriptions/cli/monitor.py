@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
-from subscriptions.events import json_default
+from subscriptions.events import dumps
 from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
@@ -18,7 +17,7 @@ from . import app, cli, open_database
 def _print_status(ctx: click.Context, as_json: bool) -> None:
     rows = read_status(app(ctx).settings)
     if as_json:
-        click.echo(json.dumps([row.as_dict() for row in rows], indent=2, ensure_ascii=False))
+        click.echo(dumps([row.as_dict() for row in rows], indent=2))
         return
     headers = (
         "ID",
@@ -98,7 +97,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool) 
 def _print_problems(ctx: click.Context, kind: str, as_json: bool) -> None:
     rows = problems(open_database(ctx), kind)
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in rows], indent=2, default=json_default, ensure_ascii=False))
+        click.echo(dumps([r.as_dict() for r in rows], indent=2))
         return
     if not rows:
         click.echo(f"no {kind} events")
@@ -112,7 +111,7 @@ def _print_problems(ctx: click.Context, kind: str, as_json: bool) -> None:
                     r.id,
                     r.tag,
                     f"{r.table} {r.action}",
-                    json.dumps(r.pk, default=json_default, ensure_ascii=False),
+                    dumps(r.pk),
                     r.attempts,
                     r.when.isoformat(sep=" ", timespec="seconds") if r.when else "-",
                     (r.last_error or "").replace("\n", " ")[:80],

@@ -10,7 +10,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
 from subscriptions.errors import SubsError
 
-LATEST = 16
+LATEST = 17
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 

@@ -10,7 +10,6 @@ between requests.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Any
@@ -30,7 +29,7 @@ from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.db.errors import first_line
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
-from subscriptions.events import json_default
+from subscriptions.events import dumps
 from subscriptions.ops import console, console_actions
 from subscriptions.ops.text_table import describe_age
 
@@ -46,13 +45,13 @@ class ApiResponse(JSONResponse):
     """JSON with captured values encoded as ``event.to_json()`` encodes them."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=json_default, ensure_ascii=False).encode("utf-8")
+        return dumps(content).encode("utf-8")
 
 
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(resources.files("subscriptions.web").joinpath("templates")))
     templates.env.autoescape = True
-    templates.env.filters["value"] = lambda value: json.dumps(value, default=json_default, ensure_ascii=False)
+    templates.env.filters["value"] = dumps
     templates.env.filters["count"] = lambda summary, name: (
         f"{getattr(summary, name):,}" + ("+" if name in summary.at_least else "")
     )
