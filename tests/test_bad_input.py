@@ -25,6 +25,8 @@ TABLES = (
     "CREATE TABLE WITH_COMPUTED (ID INTEGER NOT NULL PRIMARY KEY, A INTEGER, TWICE COMPUTED BY (A * 2))",
     "CREATE TABLE LONG_KEY (K VARCHAR(1000) CHARACTER SET WIN1252 NOT NULL PRIMARY KEY)",
     "CREATE VIEW LANGUAGE_NAMES AS SELECT NAME FROM LANGUAGES",
+    "CREATE GLOBAL TEMPORARY TABLE SCRATCH (ID INTEGER NOT NULL PRIMARY KEY)",
+    "CREATE TABLE IMPORTS EXTERNAL FILE 'imports.dat' (ID INTEGER NOT NULL)",
 )
 
 REFUSED = {
@@ -32,6 +34,8 @@ REFUSED = {
     "table carrying SQL": (["add", 'languages"; DROP TABLE LANGUAGES; --', "I", "t"], "does not exist"),
     "table without primary key": (["add", "no_key", "I", "t"], "has no primary key"),
     "view": (["add", "language_names", "I", "t"], "is a view"),
+    "temporary table": (["add", "scratch", "I", "t"], "is a temporary table"),
+    "external table": (["add", "imports", "I", "t"], "is an external table"),
     "system table": (["add", "rdb$database", "I", "t"], "system table"),
     "own event log": (["add", "event_log", "I", "t"], "subs's own table"),
     "empty actions": (["add", "languages", "", "t"], "ACTIONS must be"),

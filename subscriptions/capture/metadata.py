@@ -16,6 +16,7 @@ from .names import lookup_names
 _CREATE_TABLE = re.compile(r"^\s*CREATE TABLE (\w+)", re.MULTILINE)
 _TABLE = 0
 _VIEW = 1
+_EXTERNAL = 2
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ def find_table(cursor: Cursor, typed: str) -> str | None:
             raise SubsError(f"{name} is subs's own table and cannot be subscribed to")
         if relation_type == _VIEW:
             raise SubsError(f"{name} is a view; subscribe to the table(s) behind it")
+        if relation_type == _EXTERNAL:
+            raise SubsError(f"{name} is an external table; subs captures only tables stored in the database")
         if relation_type != _TABLE:
             raise SubsError(f"{name} is a temporary table; its changes are not visible to a listener")
         return str(name)
