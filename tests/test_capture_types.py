@@ -15,6 +15,7 @@ import pytest
 from firebird.driver import DatabaseError, get_timezone
 
 from subscriptions.capture.charsets import decode_text
+from subscriptions.capture.zones import LEGACY_ZONES
 from subscriptions.db.connection import Database, read_blob, read_text
 from subscriptions.events import Event
 
@@ -327,6 +328,56 @@ def test_infinities_nan_and_negative_zero_never_fail_a_write_and_arrive_as_store
         else:
             _same(event["old"], updated[key])
     assert math.copysign(1, inserted[3]["D"]) == -1, "the driver reads -0 back: the comparison means something"
+
+
+def test_every_time_zone_of_the_engine_arrives_as_the_same_instant(settings, engine):
+    """A value in each zone the engine has decodes to the instant the engine
+    gives it, with the driver's tzinfo of its zone: as the driver selects it,
+    or, for a zone the tz database dropped (which the driver returns without
+    a zone), the region it stands for (capture/zones.py)."""
+    if engine == "fb3":
+        pytest.skip("Firebird 3 has no time zone types")
+    execute(
+        settings,
+        "CREATE TABLE ZONED (ID INTEGER NOT NULL PRIMARY KEY, ZONE_NAME VARCHAR(63), "
+        "STAMP TIMESTAMP WITH TIME ZONE, CLOCK TIME WITH TIME ZONE)",
+    )
+    Subs(settings).ok("add", "zoned", "I", "audit")
+    execute(
+        settings,
+        """EXECUTE BLOCK AS
+        DECLARE row_id INTEGER = 0;
+        DECLARE zone_name VARCHAR(63);
+        DECLARE stamp_day VARCHAR(10);
+        BEGIN
+            FOR SELECT TRIM(RDB$TIME_ZONE_NAME) FROM RDB$TIME_ZONES INTO zone_name DO
+                FOR SELECT d FROM (SELECT '2024-01-15' AS d FROM RDB$DATABASE
+                                   UNION ALL SELECT '2024-07-01' FROM RDB$DATABASE) INTO stamp_day DO
+                BEGIN
+                    row_id = row_id + 1;
+                    INSERT INTO ZONED VALUES (:row_id, :zone_name,
+                        CAST(:stamp_day || ' 12:00:00 ' || :zone_name AS TIMESTAMP WITH TIME ZONE),
+                        CAST('12:00:00 ' || :zone_name AS TIME WITH TIME ZONE));
+                END
+        END""",
+    )
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT ID, ZONE_NAME, CAST(STAMP AT TIME ZONE 'UTC' AS TIMESTAMP), STAMP, CLOCK FROM ZONED")
+        selected = {row[0]: row[1:] for row in cursor.fetchall()}
+    captured = {event["new"]["ID"]: event["new"] for event in events(settings)}
+    assert len(captured) == len(selected) > 1000
+    legacy = set()
+    for row_id, (name, utc, stamp, clock) in selected.items():
+        new = captured[row_id]
+        assert new["STAMP"].astimezone(dt.timezone.utc).replace(tzinfo=None) == utc, name
+        if stamp.tzinfo is None:
+            legacy.add(name)
+            assert new["STAMP"].tzinfo._timezone_ == LEGACY_ZONES[name]
+            assert new["CLOCK"].tzinfo._timezone_ == LEGACY_ZONES[name]
+            assert new["STAMP"].replace(tzinfo=None) == stamp and new["CLOCK"].replace(tzinfo=None) == clock
+        else:
+            _same({"STAMP": new["STAMP"], "CLOCK": new["CLOCK"]}, {"STAMP": stamp, "CLOCK": clock})
+    assert legacy <= set(LEGACY_ZONES) and "PST" in legacy
 
 
 def test_binary_keys_none_text_keys_and_float_keys_are_exact(settings):

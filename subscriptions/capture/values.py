@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from .charsets import decode_text
+from .zones import zone
 
 FORMAT_MARK = b"~"
 
@@ -27,27 +28,14 @@ class UndecodableEvent(ValueError):
     """A captured row that cannot be read: its event fails instead of its worker."""
 
 
-def _zone(name: str) -> dt.tzinfo:
-    """The driver's own tzinfo for a Firebird zone, a region or an offset: a
-    captured value then compares, prints and binds back into firebird-driver
-    (a handler writing it to another database) as the value it selects.
-    Imported here: handler processes load the driver only for zoned values."""
-    from firebird.driver import get_timezone
-
-    zone: dt.tzinfo | None = get_timezone(name)
-    if zone is None:
-        raise ValueError(f"time zone {name!r} is not in this system's time zone database")
-    return zone
-
-
 def _timestamp_tz(text: str) -> dt.datetime:
-    stamp, _, zone = text.rpartition(" ")
-    return dt.datetime.fromisoformat(stamp).replace(tzinfo=_zone(zone))
+    stamp, _, zone_name = text.rpartition(" ")
+    return dt.datetime.fromisoformat(stamp).replace(tzinfo=zone(zone_name))
 
 
 def _time_tz(text: str) -> dt.time:
-    clock, _, zone = text.rpartition(" ")
-    return dt.time.fromisoformat(clock).replace(tzinfo=_zone(zone))
+    clock, _, zone_name = text.rpartition(" ")
+    return dt.time.fromisoformat(clock).replace(tzinfo=zone(zone_name))
 
 
 def _binary_float(text: str) -> float:
