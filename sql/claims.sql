@@ -477,7 +477,7 @@ BEGIN
 END;
 
 -- name: subscriptions
-SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
+SELECT SUB_ID, TRIM(TRAILING FROM TABLE_NAME), ACTION, TRIM(TAG) FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
 
 -- name: delete_orphans
 -- Events whose subscription was purged while a writer's transaction that

@@ -77,7 +77,7 @@ FROM EVENT_LOG l
 WHERE l.EVENT_ID = ?;
 
 -- name: subscriptions
-SELECT SUB_ID, TRIM(TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
+SELECT SUB_ID, TRIM(TRAILING FROM TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID;
 
 -- name: retry_failed
 -- A failed event waiting for its retry, and in no worker's hands, is made due now.

@@ -2,20 +2,20 @@
 -- RDB$RELATION_TYPE: 0 persistent table, 1 view, 4/5 global temporary tables.
 -- The typed name is cast so that a name longer than any identifier is simply
 -- not found (instead of a truncation error binding it to CHAR(31) on FB3).
-SELECT TRIM(RDB$RELATION_NAME), RDB$RELATION_TYPE, COALESCE(RDB$SYSTEM_FLAG, 0)
+SELECT TRIM(TRAILING FROM RDB$RELATION_NAME), RDB$RELATION_TYPE, COALESCE(RDB$SYSTEM_FLAG, 0)
 FROM RDB$RELATIONS
 WHERE RDB$RELATION_NAME = CAST(? AS VARCHAR(1000) CHARACTER SET UTF8);
 
 -- name: columns
 -- ARRAY and COMPUTED BY columns are not captured (see capture.sql).
-SELECT TRIM(rf.RDB$FIELD_NAME), f.RDB$DIMENSIONS IS NULL AND f.RDB$COMPUTED_BLR IS NULL
+SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$DIMENSIONS IS NULL AND f.RDB$COMPUTED_BLR IS NULL
 FROM RDB$RELATION_FIELDS rf
 JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
 WHERE rf.RDB$RELATION_NAME = ?
 ORDER BY rf.RDB$FIELD_POSITION;
 
 -- name: primary_key
-SELECT TRIM(s.RDB$FIELD_NAME)
+SELECT TRIM(TRAILING FROM s.RDB$FIELD_NAME)
 FROM RDB$RELATION_CONSTRAINTS rc
 JOIN RDB$INDEX_SEGMENTS s ON s.RDB$INDEX_NAME = rc.RDB$INDEX_NAME
 WHERE rc.RDB$RELATION_NAME = ? AND rc.RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'
@@ -23,13 +23,13 @@ ORDER BY s.RDB$FIELD_POSITION;
 
 -- name: capture_trigger
 -- Capture triggers are the table's triggers named SUBS$...
-SELECT TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
+SELECT TRIM(TRAILING FROM RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
 WHERE RDB$RELATION_NAME = ? AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$';
 
 -- name: capture_trigger_versions
 -- Every capture trigger with a fingerprint of its text and state: a touch
 -- (subscribers.sql, touch_trigger) leaves it as it was.
-SELECT TRIM(RDB$TRIGGER_NAME), TRIM(RDB$RELATION_NAME), COALESCE(HASH(RDB$TRIGGER_SOURCE), 0),
+SELECT TRIM(TRAILING FROM RDB$TRIGGER_NAME), TRIM(TRAILING FROM RDB$RELATION_NAME), COALESCE(HASH(RDB$TRIGGER_SOURCE), 0),
        COALESCE(RDB$TRIGGER_INACTIVE, 0)
 FROM RDB$TRIGGERS
 WHERE RDB$TRIGGER_NAME STARTING WITH 'SUBS$' AND RDB$RELATION_NAME IS NOT NULL;
@@ -55,7 +55,7 @@ WHERE t.RDB$TRIGGER_NAME = ?;
 -- whether the trigger holds the right to: a writer without that right of
 -- its own has its write refused. System tables and legacy UDFs need no
 -- right.
-SELECT DISTINCT TRIM(d.RDB$DEPENDED_ON_NAME),
+SELECT DISTINCT TRIM(TRAILING FROM d.RDB$DEPENDED_ON_NAME),
        TRIM(DECODE(d.RDB$DEPENDED_ON_TYPE, 0, 'select', 1, 'select', 5, 'procedure', 15, 'function', 'package')),
        EXISTS (SELECT 1 FROM RDB$USER_PRIVILEGES p
                WHERE p.RDB$USER = d.RDB$DEPENDENT_NAME AND p.RDB$USER_TYPE = 2
@@ -75,7 +75,7 @@ WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_O
 -- name: granted_listeners
 -- Users `subs grant` gave a listener's rights to (they may run the schema
 -- version function), but not the owner of subs's tables, who needs none.
-SELECT DISTINCT TRIM(p.RDB$USER)
+SELECT DISTINCT TRIM(TRAILING FROM p.RDB$USER)
 FROM RDB$USER_PRIVILEGES p
 WHERE p.RDB$RELATION_NAME = 'EVENT_SCHEMA_VERSION' AND p.RDB$OBJECT_TYPE = 15
   AND p.RDB$USER_TYPE = 8 AND p.RDB$PRIVILEGE = 'X'

@@ -2,7 +2,7 @@
 -- Per subscription: pending (waiting, including failed ones waiting for a
 -- retry), in flight (in a span a parallel worker holds, or in the batch an
 -- ordered one has in hand, lease running), failed, dead, oldest pending.
-SELECT s.SUB_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
+SELECT s.SUB_ID, TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
        SUM(IIF(e.SUB_ID IS NOT NULL AND e.DEAD_AT IS NULL AND NOT e.HELD, 1, 0)),
        SUM(IIF(e.DEAD_AT IS NULL AND e.HELD, 1, 0)),
        SUM(IIF(e.DEAD_AT IS NULL AND e.LAST_ERROR IS NOT NULL, 1, 0)),
@@ -21,14 +21,14 @@ GROUP BY s.SUB_ID, s.TABLE_NAME, s.ACTION, s.TAG, s.ACTIVE, s.PAUSED
 ORDER BY s.SUB_ID;
 
 -- name: failed
-SELECT l.EVENT_ID, TRIM(s.TAG), TRIM(s.TABLE_NAME), s.ACTION, l.PK_ROW, l.ATTEMPTS,
+SELECT l.EVENT_ID, TRIM(s.TAG), TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, l.PK_ROW, l.ATTEMPTS,
        l.LAST_ERROR, l.CREATED_AT, l.NEXT_ATTEMPT_AT
 FROM EVENT_LOG l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID
 WHERE l.DEAD_AT IS NULL AND l.LAST_ERROR IS NOT NULL
 ORDER BY l.EVENT_ID;
 
 -- name: dead
-SELECT l.EVENT_ID, TRIM(s.TAG), TRIM(s.TABLE_NAME), s.ACTION, l.PK_ROW, l.ATTEMPTS,
+SELECT l.EVENT_ID, TRIM(s.TAG), TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, l.PK_ROW, l.ATTEMPTS,
        l.LAST_ERROR, l.CREATED_AT, l.DEAD_AT
 FROM EVENT_LOG l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID
 WHERE l.DEAD_AT IS NOT NULL

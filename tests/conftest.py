@@ -277,7 +277,7 @@ def events(settings: ConnectionSettings) -> list[dict]:
 
     with Database(settings) as database, database.transaction() as cursor:
         cursor.execute(
-            "SELECT l.EVENT_ID, TRIM(s.TABLE_NAME), s.ACTION, TRIM(s.TAG), l.PK_ROW, "
+            "SELECT l.EVENT_ID, TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, TRIM(s.TAG), l.PK_ROW, "
             "l.OLD_ROW, l.NEW_ROW FROM EVENT_LOG l "
             "JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID ORDER BY l.EVENT_ID"
         )

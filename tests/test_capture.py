@@ -75,6 +75,21 @@ def test_quoted_mixed_case_and_non_ascii_identifiers(settings, engine):
     assert logged[1]["old"]['Value "x"'] == 'a "b"' and logged[1]["new"]['Value "x"'] is None
 
 
+def test_names_keep_their_leading_spaces(settings):
+    execute(settings, 'CREATE TABLE "  SPACED" (" ID" INTEGER NOT NULL PRIMARY KEY, " V" INTEGER)')
+    subs = Subs(settings)
+    subs.ok("add", '"  SPACED"', "IU", "t", "--columns", '" V"')
+    execute(settings, 'INSERT INTO "  SPACED" VALUES (1, 2)', 'UPDATE "  SPACED" SET " V" = 3')
+    logged = events(settings)
+    assert [(e["table"], e["action"], e["pk"]) for e in logged] == [
+        ("  SPACED", "I", {" ID": 1}),
+        ("  SPACED", "U", {" ID": 1}),
+    ]
+    assert logged[1]["old"] == {" ID": 1, " V": 2} and logged[1]["new"] == {" ID": 1, " V": 3}
+    assert subs("status", "--check").exit_code == 0
+    assert "backfilled   SPACED for t: 1 event(s)" in subs.ok("backfill", '"  SPACED"', "t")
+
+
 def test_long_table_names_get_a_shortened_trigger_name(settings, engine):
     name = "T" * (31 if engine == "fb3" else 63)
     execute(settings, f"CREATE TABLE {name} (ID INTEGER NOT NULL PRIMARY KEY)")

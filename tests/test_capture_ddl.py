@@ -44,6 +44,15 @@ def test_added_columns_are_captured_from_the_next_write_on(people):
     assert "EMAIL" not in before and after["EMAIL"] == "bob@example.com"
 
 
+def test_a_column_named_with_leading_spaces_can_be_added(people):
+    """The catalogue pads names on the right only: a name's leading spaces
+    are part of it (until version 17 the commit failed on "NEW.LEAD")."""
+    execute(people, 'ALTER TABLE PEOPLE ADD "  LEAD" INTEGER')
+    execute(people, 'INSERT INTO PEOPLE (ID, "  LEAD") VALUES (1, 5)')
+    assert last_new(people)["  LEAD"] == 5
+    assert Subs(people)("status", "--check").exit_code == 0
+
+
 def test_a_column_added_to_a_wide_table_is_captured(settings):
     """The trigger is regenerated only when its text differs: here the two
     texts, about 40 KB each, differ only at their end."""

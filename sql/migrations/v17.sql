@@ -1,10 +1,15 @@
--- Schema version 17: floats the capture could not take.
+-- Schema version 17: floats and names the capture could not take.
 -- - A FLOAT or DOUBLE PRECISION column holding an infinity failed the
 --   application's write in the capture trigger ("Floating-point overflow"),
 --   NaN was captured as a tiny negative number, and -0 as 0. They are now
 --   captured as they are.
+-- - Names read from the catalogue lost their leading spaces (TRIM of both
+--   ends), so an ALTER TABLE that gave a subscribed table a column named
+--   "  X" failed at its commit, and a table so named was never captured.
+--   Only the catalogue's padding is trimmed now.
 -- `subs init` regenerates the capture triggers after the upgrade. The
--- procedure is a frozen copy of sql/capture.sql as it was for version 17.
+-- procedures and triggers are frozen copies of sql/capture.sql as it was
+-- for version 17.
 
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
@@ -142,7 +147,7 @@ BEGIN
         max_bytes = 252;
         caught_error = 'RDB$ERROR(MESSAGE)';
     END
-    SELECT FIRST 1 TRIM(RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
+    SELECT FIRST 1 TRIM(TRAILING FROM RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
     ORDER BY RDB$TRIGGER_NAME
     INTO TRIGGER_NAME;
@@ -172,7 +177,7 @@ BEGIN
     key_new = '''~''';
     old_expr = '''~''';
     new_expr = '''~''';
-    FOR SELECT TRIM(rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
+    FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
                COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME),
                EXISTS (SELECT 1 FROM RDB$RELATION_CONSTRAINTS rc
                        JOIN RDB$INDEX_SEGMENTS s ON s.RDB$INDEX_NAME = rc.RDB$INDEX_NAME
@@ -274,7 +279,7 @@ BEGIN
                 changed = NULL;
                 -- WATCH_COLUMNS is a JSON list; a watched column dropped since
                 -- is gone from the condition (none left: never matches).
-                FOR SELECT TRIM(rf.RDB$FIELD_NAME)
+                FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME)
                     FROM RDB$RELATION_FIELDS rf
                     JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
                     WHERE rf.RDB$RELATION_NAME = :TABLE_NAME
@@ -357,6 +362,291 @@ BEGIN
         || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
         || declarations
         || 'BEGIN' || nl || body || 'END';
+    SUSPEND;
+END;
+
+-- name: sync_procedure
+-- Make the table's capture trigger what the generator says now, changing
+-- it only when its text or state differs: the engine lets an attachment
+-- that first reads the table's triggers while a DDL transaction is open
+-- see that transaction's uncommitted trigger, and keeps it even if the DDL
+-- is rolled back, so every needless change is a chance to capture with a
+-- trigger that never committed. When there is nothing to capture, an empty
+-- inactive trigger is left in its place (it depends on no column; `subs
+-- remove` drops it). Returns the REASON when nothing is captured.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
+AS
+DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_kind VARCHAR(10) CHARACTER SET ASCII;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+BEGIN
+    SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
+    INTO TRIGGER_NAME, source, REASON;
+    IF (source IS NOT NULL) THEN
+    BEGIN
+        -- The catalogue keeps a trigger's text from its AS on.
+        body = SUBSTRING(source FROM POSITION(nl || 'AS' || nl IN source) + 1);
+        IF (NOT EXISTS (SELECT 1 FROM RDB$TRIGGERS
+                        WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME AND RDB$RELATION_NAME = :TABLE_NAME
+                          AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
+                          AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
+        BEGIN
+            EXECUTE STATEMENT source;
+            -- What the table's earlier trigger was found to need for its
+            -- conditions: a trigger made again (the table dropped and
+            -- created again) has lost it, and writers without it of their
+            -- own would be refused until a listener's settle. A right this
+            -- user may not give fails quietly; the settle grants it later.
+            FOR SELECT OBJECT_NAME, OBJECT_KIND FROM EVENT_CAPTURE_RIGHT
+                WHERE TABLE_NAME = :TABLE_NAME
+                INTO object_name, object_kind
+            DO
+            BEGIN
+                EXECUTE STATEMENT 'GRANT '
+                    || IIF(object_kind = 'select', 'SELECT ON ', 'EXECUTE ON ' || UPPER(object_kind) || ' ')
+                    || '"' || REPLACE(object_name, '"', '""') || '" TO TRIGGER "'
+                    || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+                WHEN ANY DO
+                    BEGIN
+                    END
+            END
+        END
+        -- The trigger writes EVENT_LOG for writers who may not: it gets the
+        -- right itself (CREATE OR ALTER keeps it). The table's owner gets
+        -- it with the grant option: when the owner's own migration makes a
+        -- new trigger (DROP and CREATE TABLE), the owner can pass it on.
+        -- Either grant fails quietly for a user who may not give it.
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+        SELECT TRIM(TRAILING FROM RDB$OWNER_NAME) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = :TABLE_NAME INTO owner;
+        IF (owner IS DISTINCT FROM CURRENT_USER) THEN
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO USER "' || REPLACE(owner, '"', '""')
+                || '" WITH GRANT OPTION';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+    END
+    ELSE IF (REASON <> 'no table') THEN
+        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
+            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+    SUSPEND;
+END;
+
+-- name: after_ddl_trigger
+-- DDL on a subscribed table (or on a domain one of its columns uses) only
+-- marks the table; EVENT_CAPTURE_AT_COMMIT regenerates its capture trigger
+-- when the DDL's transaction commits. Regenerated here, the new trigger
+-- would be seen, uncommitted, by every attachment that reads the table's
+-- triggers while the DDL's transaction is open (the engine's metadata
+-- reads see uncommitted changes) and by writes in the DDL's own
+-- transaction, all of which still write the old shape of the table: a
+-- trigger reading a column added by the DDL failed their writes ("column
+-- ... is not defined"), and went on failing them after a rollback until
+-- they reconnected. The marks are context variables of the transaction,
+-- named by a hash of the table name (a collision only regenerates a
+-- trigger that did not need it). Until version 16 it refused a new primary
+-- key too long to capture; such a key is now left out of the events.
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_AFTER_DDL
+ACTIVE AFTER CREATE TABLE OR ALTER TABLE OR ALTER DOMAIN POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    FOR SELECT DISTINCT TRIM(TRAILING FROM s.TABLE_NAME) FROM EVENT_SUBSCRIBER s
+        WHERE (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'TABLE'
+               AND s.TABLE_NAME = RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))
+           OR (RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_TYPE') = 'DOMAIN'
+               AND EXISTS (SELECT 1 FROM RDB$RELATION_FIELDS rf
+                           WHERE rf.RDB$RELATION_NAME = s.TABLE_NAME
+                             AND rf.RDB$FIELD_SOURCE = COALESCE(RDB$GET_CONTEXT('DDL_TRIGGER', 'NEW_OBJECT_NAME'),
+                                                                RDB$GET_CONTEXT('DDL_TRIGGER', 'OBJECT_NAME'))))
+        INTO table_name
+    DO
+    BEGIN
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), 1);
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', 1);
+    END
+END;
+
+-- name: commit_trigger
+-- Regenerates the capture triggers of the tables the committing
+-- transaction's DDL marked (EVENT_CAPTURE_AFTER_DDL). The engine runs
+-- commit triggers before it applies the transaction's DDL, so the new
+-- trigger commits together with the new shape of its table, and the
+-- dependencies of a dropped column are checked against it. It runs on
+-- COMMIT RETAINING too, and then clears the marks. Every other commit in
+-- the database pays one context lookup. It names subs's objects only in
+-- dynamic statements: an attachment loads the database's triggers once,
+-- and one made while `subs init` installs them loads this one uncommitted;
+-- a static reference to EVENT_SUBSCRIBER, not yet committed either, would
+-- make every commit of that attachment fail ("column TABLE_NAME is not
+-- defined in table EVENT_SUBSCRIBER").
+CREATE OR ALTER TRIGGER EVENT_CAPTURE_AT_COMMIT
+ACTIVE ON TRANSACTION COMMIT POSITION 32000
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
+BEGIN
+    IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC') IS NOT NULL) THEN
+    BEGIN
+        FOR EXECUTE STATEMENT 'SELECT DISTINCT TRIM(TRAILING FROM TABLE_NAME) FROM EVENT_SUBSCRIBER'
+            WITH CALLER PRIVILEGES
+            INTO table_name
+        DO
+            IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name)) IS NOT NULL) THEN
+            BEGIN
+                EXECUTE STATEMENT ('SELECT REASON FROM EVENT_CAPTURE_SYNC(?)') (table_name)
+                    WITH CALLER PRIVILEGES
+                    INTO reason;
+                RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC ' || HASH(table_name), NULL);
+            END
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC', NULL);
+    END
+END;
+
+-- name: backfill_procedure
+-- The statements `subs backfill` runs, one per chunk of a subscribed table's
+-- rows in primary-key order: each locks the rows it reads (WITH LOCK), so a
+-- writer's later change of one of them waits for the chunk to commit and is
+-- logged after its snapshot event. FIRST_CHUNK takes (CHUNK); NEXT_CHUNK
+-- takes (CHUNK, then the last key done, column by column in key order) and
+-- reads on from there through the primary key's index. Each returns the
+-- rows read, the events logged (the subscription's --when applies) and the
+-- captured key of the last row read. COUNT_ROWS counts the rows to do.
+-- A row is captured as the insert subscription's trigger would capture it
+-- (INSERT_KEY and INSERT_ROW), over a cursor named NEW.
+CREATE OR ALTER PROCEDURE EVENT_BACKFILL_SOURCE (
+    SUB_ID INTEGER,
+    WHERE_CONDITION VARCHAR(4000) CHARACTER SET UTF8
+)
+RETURNS (
+    FIRST_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    NEXT_CHUNK BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    COUNT_ROWS BLOB SUB_TYPE TEXT CHARACTER SET UTF8,
+    REASON VARCHAR(40) CHARACTER SET UTF8
+)
+AS
+DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE tag VARCHAR(40) CHARACTER SET ASCII;
+DECLARE when_condition VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE insert_key BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE insert_row BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE quoted_table VARCHAR(130) CHARACTER SET UTF8;
+DECLARE ref VARCHAR(130) CHARACTER SET UTF8;
+DECLARE segment INTEGER = 0;
+DECLARE parameters VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE order_by VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE after_key VARCHAR(8000) CHARACTER SET UTF8 = '';
+DECLARE closing VARCHAR(100) CHARACTER SET UTF8 = '';
+DECLARE head BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE tail BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE matching BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+BEGIN
+    SELECT TABLE_NAME, TRIM(TAG), WHEN_CONDITION FROM EVENT_SUBSCRIBER
+    WHERE SUB_ID = :SUB_ID AND ACTION = 'I' AND ACTIVE
+    INTO table_name, tag, when_condition;
+    IF (table_name IS NULL) THEN
+    BEGIN
+        REASON = 'no subscription';
+        SUSPEND;
+        EXIT;
+    END
+    SELECT REASON, INSERT_KEY, INSERT_ROW FROM EVENT_CAPTURE_SOURCE(:table_name)
+    INTO REASON, insert_key, insert_row;
+    IF (insert_key IS NULL) THEN
+    BEGIN
+        SUSPEND;
+        EXIT;
+    END
+    REASON = NULL;
+    quoted_table = '"' || REPLACE(table_name, '"', '""') || '"';
+    -- Key columns in the index's order: the reads walk the index.
+    FOR SELECT TRIM(TRAILING FROM s.RDB$FIELD_NAME)
+        FROM RDB$RELATION_CONSTRAINTS rc
+        JOIN RDB$INDEX_SEGMENTS s ON s.RDB$INDEX_NAME = rc.RDB$INDEX_NAME
+        WHERE rc.RDB$RELATION_NAME = :table_name AND rc.RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'
+        ORDER BY s.RDB$FIELD_POSITION
+        INTO column_name
+    DO
+    BEGIN
+        segment = segment + 1;
+        ref = '"' || REPLACE(column_name, '"', '""') || '"';
+        parameters = parameters || ', AFTER_' || segment || ' TYPE OF COLUMN ' || quoted_table || '.' || ref || ' = ?';
+        order_by = order_by || IIF(segment > 1, ', ', '') || ref;
+        -- (k1, k2, ...) > (a1, a2, ...) as k1 >= a1 AND (k1 > a1 OR (k2 >= a2 AND (...))):
+        -- its first term bounds the index walk.
+        after_key = after_key || IIF(segment > 1, ' OR (', '') || ref || ' >= :AFTER_' || segment
+            || ' AND (' || ref || ' > :AFTER_' || segment;
+        closing = closing || IIF(segment > 1, '))', ')');
+    END
+    -- A --when condition that raises logs the row dead, as the trigger does.
+    matching = '';
+    IF (when_condition IS NOT NULL) THEN
+        matching = '        failure = NULL;' || nl
+            || '        BEGIN' || nl
+            || '            matched = IIF(' || when_condition || ', TRUE, FALSE);' || nl
+            || '            WHEN ANY DO' || nl
+            || '            BEGIN' || nl
+            || '                matched = NULL;' || nl
+            || '                failure = ''the --when condition raised: '' || '
+            || IIF(RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') STARTING WITH '3.',
+                   '''SQLSTATE '' || SQLSTATE || '', GDSCODE '' || GDSCODE', 'RDB$ERROR(MESSAGE)') || ';' || nl
+            || '            END' || nl
+            || '        END' || nl;
+    head = 'EXECUTE BLOCK (CHUNK INTEGER = ?';
+    tail = ')' || nl
+        || 'RETURNS (ROWS_READ INTEGER, EVENTS INTEGER, LAST_KEY VARCHAR(1000) CHARACTER SET OCTETS)' || nl
+        || 'AS' || nl
+        || 'DECLARE row_key VARCHAR(1000) CHARACTER SET OCTETS;' || nl
+        || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
+        || 'DECLARE matched BOOLEAN = TRUE;' || nl
+        || 'DECLARE failure VARCHAR(1100) CHARACTER SET UTF8;' || nl
+        || 'BEGIN' || nl
+        || '    ROWS_READ = 0;' || nl
+        || '    EVENTS = 0;' || nl
+        || '    FOR SELECT * FROM ' || quoted_table || nl
+        || '        WHERE ' || COALESCE('(' || WHERE_CONDITION || ')', 'TRUE') || '{after}' || nl
+        || '        ORDER BY ' || order_by || nl
+        || '        ROWS :CHUNK' || nl
+        || '        WITH LOCK' || nl
+        || '        AS CURSOR NEW' || nl
+        || '    DO' || nl
+        || '    BEGIN' || nl
+        || '        ROWS_READ = ROWS_READ + 1;' || nl
+        || '        row_key = ' || insert_key || ';' || nl
+        || '        LAST_KEY = row_key;' || nl
+        || matching
+        || '        IF (matched IS NOT FALSE) THEN' || nl
+        || '        BEGIN' || nl
+        || '            new_values = ' || insert_row || ';' || nl
+        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR)' || nl
+        || '            VALUES (' || SUB_ID || ', :row_key, HASH('''
+        || REPLACE(table_name || '|' || tag || '|', '''', '''''') || ''' || :row_key), :new_values,' || nl
+        || '                    :failure IS NOT NULL, IIF(:failure IS NULL, NULL, LOCALTIMESTAMP), :failure);' || nl
+        || '            EVENTS = EVENTS + 1;' || nl
+        || '        END' || nl
+        || '    END' || nl
+        || '    IF (EVENTS > 0) THEN' || nl
+        || '        POST_EVENT ''subs:' || tag || ''';' || nl
+        || '    SUSPEND;' || nl
+        || 'END';
+    COUNT_ROWS = 'SELECT COUNT(*) FROM ' || quoted_table
+        || ' WHERE ' || COALESCE('(' || WHERE_CONDITION || ')', 'TRUE');
+    FIRST_CHUNK = head || REPLACE(tail, '{after}', '');
+    NEXT_CHUNK = head || parameters || REPLACE(tail, '{after}', nl || '          AND ' || after_key || closing);
     SUSPEND;
 END;
 
