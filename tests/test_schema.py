@@ -257,7 +257,8 @@ def test_version_13_upgraded_follows_the_application_s_ddl_at_its_commit(empty_s
     ]
 
 
-# An application process: commits a transaction whenever it reads a line.
+# An application process on one attachment: runs each line it reads as a
+# statement in a transaction of its own, and says how the commit went.
 APPLICATION = """
 import os, sys
 from subscriptions.db.connection import Database
@@ -265,10 +266,36 @@ from subscriptions.db.settings import ConnectionSettings
 with Database(ConnectionSettings(sys.argv[1], sys.argv[2], os.environ.get("ISC_PASSWORD"))) as db:
     for line in sys.stdin:
         try:
-            print(db.fetch_value("SELECT 'committed' FROM RDB$DATABASE"), flush=True)
+            with db.transaction() as cursor:
+                cursor.execute(line)
+            print("committed", flush=True)
         except Exception as exc:
             print(str(exc).splitlines()[-1], flush=True)
 """
+
+
+class Application:
+    """APPLICATION in a process of its own, attached until ``close``."""
+
+    def __init__(self, settings) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", APPLICATION, settings.dsn, settings.effective_user],
+            env={**os.environ, "ISC_PASSWORD": settings.password or ""},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, statement: str) -> str:
+        assert self.process.stdin and self.process.stdout
+        self.process.stdin.write(statement + "\n")
+        self.process.stdin.flush()
+        return self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        assert self.process.stdin
+        self.process.stdin.close()
+        self.process.wait(30)
 
 
 @pytest.mark.parametrize("install_ends", ["rollback", "commit"])
@@ -280,32 +307,45 @@ def test_an_application_attached_while_subs_is_installed_goes_on_committing(empt
     second of two `subs init` at once, attached while the first committed,
     failed to commit with "column TABLE_NAME is not defined in table
     EVENT_SUBSCRIBER". This test does not hit that moment.)"""
-    environment = {**os.environ, "ISC_PASSWORD": empty_settings.password or ""}
     with Database(empty_settings) as install:
         install.connection.begin()
         cursor = install.connection.cursor()
         for statement in schema.fresh_install().values():
             cursor.execute(statement)
-        application = subprocess.Popen(
-            [sys.executable, "-c", APPLICATION, empty_settings.dsn, empty_settings.effective_user],
-            env=environment,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert application.stdin and application.stdout
+        application = Application(empty_settings)
         try:
-            commits = []
-            for step in ("during", install_ends):
-                if step != "during":
-                    getattr(install.connection, step)()
-                application.stdin.write("commit\n")
-                application.stdin.flush()
-                commits.append(application.stdout.readline().strip())
+            commits = [application.run("SELECT 1 FROM RDB$DATABASE")]
+            getattr(install.connection, install_ends)()
+            commits.append(application.run("SELECT 1 FROM RDB$DATABASE"))
         finally:
-            application.stdin.close()
-            application.wait(30)
+            application.close()
     assert commits == ["committed", "committed"]
+
+
+def test_an_application_attached_across_the_last_upgrade_writes_and_migrates(empty_settings):
+    """The last migration changes triggers every attachment loaded when it
+    attached (version 17: the commit trigger): one attached before `subs
+    init` goes on writing, and its own DDL is followed, with what it loaded."""
+    install_version_1(empty_settings)
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=schema.LATEST - 1)
+    application = Application(empty_settings)
+    try:
+        commits = [application.run(f"INSERT INTO {TABLE} (ID, TITLE) VALUES (1, 'Dune')")]
+        Subs(empty_settings).ok("init")
+        commits += [
+            application.run(f"INSERT INTO {TABLE} (ID, TITLE) VALUES (2, 'Emma')"),
+            application.run(f"ALTER TABLE {TABLE} ADD ISBN VARCHAR(20)"),
+            application.run(f"INSERT INTO {TABLE} VALUES (3, 'Ulysses', '978-0')"),
+        ]
+    finally:
+        application.close()
+    assert commits == ["committed"] * 4
+    assert [e["new"] for e in events(empty_settings)][-3:] == [
+        {"ID": 1, "TITLE": "Dune"},
+        {"ID": 2, "TITLE": "Emma"},
+        {"ID": 3, "TITLE": "Ulysses", "ISBN": "978-0"},
+    ]
 
 
 def test_an_upgraded_database_has_the_system_tables_of_a_fresh_install(empty_settings):
