@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+# EVENT_LOG.EVENT_ID is a BIGINT: a larger number names no event.
+MAX_EVENT_ID = 2**63 - 1
+
 
 @dataclass
 class Event:

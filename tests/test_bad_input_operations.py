@@ -37,6 +37,7 @@ CASES = {
     "tag carrying SQL": (["retry", "--tag", "x';DELETE FROM EVENT_LOG;--"], "is not valid", 1),
     "retry unknown id": (["retry", "424242"], "no dead event with id 424242", 1),
     "retry not a number": (["retry", "one"], "'one' is not a valid integer", USAGE),
+    "retry id beyond a BIGINT": (["retry", "9223372036854775808"], "not in the range 1<=x<=9223372036854775807", USAGE),
     "retry of nothing": (["retry"], "say which dead events to retry", 1),
     "purge with a bad age": (["purge", "--older-than", "soon"], "soon", 1),
     "purge without age": (["purge"], "Missing option '--older-than'", USAGE),

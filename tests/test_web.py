@@ -262,6 +262,7 @@ def test_the_key_filter_on_a_composite_key_of_other_types(settings, web: Console
         ("table=nosuch&key=1", ("table 'nosuch' does not exist",)),
         ("subscription=x", ("subscription must be a whole number",)),
         ("limit=0", ("limit must be between 1 and 500",)),
+        ("after=9223372036854775808", ("after must be a whole number up to 9223372036854775807",)),
     ],
 )
 def test_bad_filters_are_one_line_400s(web: Console, query_string: str, fragments: tuple[str, ...]) -> None:
@@ -277,6 +278,9 @@ def test_unknown_events_and_subscriptions_are_404(web: Console) -> None:
     for method, path in [
         ("GET", "/api/events/999"),
         ("GET", "/events/999"),
+        ("GET", "/api/events/9223372036854775808"),
+        ("GET", "/events/9223372036854775808"),
+        ("POST", "/api/events/9223372036854775808/retry"),
         ("GET", "/api/events?subscription=99"),
         ("POST", "/api/events/999/retry"),
         ("POST", "/api/subscriptions/99/pause"),

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from subscriptions.events import dumps
+from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
@@ -139,7 +139,7 @@ def dead(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("event_ids", nargs=-1, type=int)
+@click.argument("event_ids", nargs=-1, type=click.IntRange(1, MAX_EVENT_ID))
 @click.option("--tag", help="Retry the dead events of this tag.")
 @click.option("--all", "everything", is_flag=True, help="Retry every dead event.")
 @click.pass_context

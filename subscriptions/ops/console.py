@@ -25,6 +25,7 @@ from subscriptions.db.connection import read_blob, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.delivery.metrics import queue_depths
 from subscriptions.errors import SubsError
+from subscriptions.events import MAX_EVENT_ID
 
 # Counts stop here and show as "1,000+": a refresh walks at most this many
 # live and dead events per subscription (benchmark W9 keeps it flat).
@@ -247,6 +248,8 @@ def _subscriptions(cursor: Cursor, chosen: EventFilter) -> list[tuple[int, str, 
 
 
 def event(cursor: Cursor, event_id: int) -> LoggedEvent:
+    if not 0 < event_id <= MAX_EVENT_ID:
+        raise NotFound(f"there is no event {event_id}; event ids run from 1 to {MAX_EVENT_ID}")
     cursor.execute(sql.load("console")["event"], (event_id,))
     row = cursor.fetchone()
     if row is None:

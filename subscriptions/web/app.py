@@ -29,7 +29,7 @@ from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.db.errors import first_line
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
-from subscriptions.events import dumps
+from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import console, console_actions
 from subscriptions.ops.text_table import describe_age
 
@@ -65,9 +65,12 @@ def _number(request: Request, name: str) -> int | None:
     if not text:
         return None
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         raise Refused(400, f"{name} must be a whole number, not {text!r}") from None
+    if abs(number) > MAX_EVENT_ID:
+        raise Refused(400, f"{name} must be a whole number up to {MAX_EVENT_ID}, not {text!r}")
+    return number
 
 
 def _number_or(request: Request, name: str, default: int) -> int:
