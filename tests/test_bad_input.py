@@ -105,6 +105,12 @@ def test_refused_input_changes_nothing(prepared, case):
     execute(prepared, "INSERT INTO LANGUAGES (NAME) VALUES ('still works')")
 
 
+def test_an_unknown_new_column_of_an_insert_is_not_blamed_on_old(prepared):
+    result = Subs(prepared)("add", "languages", "I", "t", "--when", "NEW.NOPE = 1")
+    assert_one_line_error(result, "Column unknown", "NEW.NOPE")
+    assert "no OLD row" not in result.output + result.stderr
+
+
 def test_when_is_quoted_safely_inside_strings(prepared):
     """Parentheses, semicolons and dashes inside a string literal are data."""
     Subs(prepared).ok("add", "languages", "I", "odd", "--when", "NEW.NAME <> ')); -- /*'")

@@ -30,7 +30,8 @@ from .trigger_sync import MAX_KEY_BYTES, for_table, settle_trigger, subscription
 from .triggers import Subscription, probe
 
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
-_MISSING_ROW = {"I": "; an insert has no OLD row", "U": "", "D": "; a delete has no NEW row"}
+# The row an action lacks, as the engine names an unknown column of it.
+_MISSING_ROW = {"I": ("OLD.", "; an insert has no OLD row"), "D": ("NEW.", "; a delete has no NEW row")}
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,9 @@ def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription])
             if is_conflict(exc):
                 raise
             action = subscription.action
-            hint = _MISSING_ROW[action] if COLUMN_UNKNOWN in codes(exc) else ""
+            context, hint = _MISSING_ROW.get(action, ("", ""))
+            if COLUMN_UNKNOWN not in codes(exc) or context not in str(exc):
+                hint = ""
             raise SubsError(
                 f"--when condition rejected by the database for {ACTION_NAMES[action]}s: {first_line(exc)}{hint}"
             ) from None
