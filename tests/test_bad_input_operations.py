@@ -28,6 +28,16 @@ CASES = {
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
     "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),
     "detach without pidfile": (["listen", "--detach"], "--detach needs --pidfile and --logfile", USAGE),
+    "pidfile without detach": (
+        ["listen", "--pidfile", "{tmp}/subs.pid"],
+        "--pidfile is written only with --detach",
+        USAGE,
+    ),
+    "backoff minimum above maximum": (
+        ["listen", "--backoff-min", "5", "--backoff-max", "1"],
+        "--backoff-min (5) is more than --backoff-max (1)",
+        USAGE,
+    ),
     "metrics port out of range": (["listen", "--metrics-port", "70000"], "'--metrics-port'", USAGE),
     "plugin path missing": (["listen", "--plugin", "/nonexistent/plugin.py"], "no such file", 1),
     "plugin module missing": (["listen", "--plugin", "no.such.module"], "no such module", 1),

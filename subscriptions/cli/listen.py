@@ -179,6 +179,10 @@ def listen(
     """Wait for subscribed changes and hand each event to its tag's handler."""
     if detach and not (pidfile and logfile):
         raise click.UsageError("--detach needs --pidfile and --logfile")
+    if pidfile and not detach:
+        raise click.UsageError("--pidfile is written only with --detach; add --detach or drop --pidfile")
+    if backoff_min > backoff_max:
+        raise click.UsageError(f"--backoff-min ({backoff_min:g}) is more than --backoff-max ({backoff_max:g})")
     if key_order and mode != PARALLEL:
         raise click.UsageError("--key-order needs --mode parallel (ordered mode already keeps log order)")
     options = ListenOptions(
