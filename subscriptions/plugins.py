@@ -24,6 +24,8 @@ from subscriptions.errors import SubsError
 
 ENTRY_POINT_GROUP = "subscriptions"
 BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec", "nats_relay")
+# The tags they register, each only when the config names it.
+BUILTIN_TAGS = ("exec", "log", "nats", "send_email", "webhook")
 BUILTIN_PREFIX = "builtin:"
 
 

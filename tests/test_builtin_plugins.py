@@ -25,6 +25,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from subscriptions.errors import SubsError
+from subscriptions.plugins import BUILTIN_TAGS
 from subscriptions.testing import deliver, load_handlers, make_event
 
 LOOPBACK = "127.0.0.1"
@@ -338,12 +339,14 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
         "webhook": {"url": "http://127.0.0.1:9/hook"},
         "send_email": {"from": "s@example.com", "to": "a@example.com"},
         "exec": {"command": "true"},
+        "nats": {"url": "nats://127.0.0.1:9"},
     }
     assert not set(config) & set(load_handlers()), "built-ins are opt-in"
     handlers = load_handlers(config=config)
+    assert sorted(handlers) == list(BUILTIN_TAGS), "what `subs handlers` names when none is active"
     for name in config:
-        assert handlers[name].plugin == f"builtin:{name}"
-        assert not handlers[name].transactional
+        assert handlers[name].plugin == ("builtin:nats_relay" if name == "nats" else f"builtin:{name}")
+        assert handlers[name].transactional is False
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,18 @@ def test_plugins_from_entry_points_paths_and_env(tmp_path):
     assert found["from_path"].endswith("by_path.py") and found["from_env"].endswith("by_env.py")
 
 
+def test_without_handlers_the_list_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["handlers"], env={"SUBS_PLUGINS": ""})
+    assert result.exit_code == 0
+    assert result.stdout.startswith("no handlers: a built-in one (exec, log, nats, send_email, webhook)")
+    (tmp_path / "subs.toml").write_text("[handlers.log]\n")
+    assert CliRunner().invoke(cli, ["handlers"], env={"SUBS_PLUGINS": ""}).stdout.splitlines()[1].split()[:2] == [
+        "log",
+        "builtin:log",
+    ]
+
+
 def test_duplicate_tags_name_both_plugins(tmp_path):
     for name in ("one", "two"):
         (tmp_path / f"{name}.py").write_text(PLUGIN.format(tag="same"))

@@ -22,7 +22,7 @@ from subscriptions.ops import detach as background
 from subscriptions.ops import systemd
 from subscriptions.ops.status import read_status
 from subscriptions.ops.text_table import render
-from subscriptions.plugins import collect_handlers, plugin_manager
+from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
 
 from . import app, cli
 
@@ -299,6 +299,12 @@ def handlers(ctx: click.Context, plugins: tuple[str, ...], as_json: bool) -> Non
     if as_json:
         listed = [{"tag": h.tag, "plugin": h.plugin, "transactional": h.transactional, "batch": h.batch} for h in found]
         click.echo(json.dumps(listed, indent=2))
+        return
+    if not found:
+        click.echo(
+            f"no handlers: a built-in one ({', '.join(BUILTIN_TAGS)}) is active once subs.toml has a "
+            "[handlers.TAG] table for it; --plugin, SUBS_PLUGINS or an installed plugin adds your own"
+        )
         return
     yes_no = {True: "yes", False: "no"}
     rows = [(h.tag, h.plugin, yes_no[h.transactional], yes_no[h.batch]) for h in found]
