@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from subscriptions.delivery.handler_process import Job
 from subscriptions.delivery.options import ListenOptions
@@ -146,3 +149,31 @@ def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
         assert pool.reason(slot) == "handler process died: signal 9"
     finally:
         pool.close()
+
+
+# The listener's transactions by age: its attachments carry SUBS_WORKER.
+LISTENER_TRANSACTION_AGES = """
+SELECT DATEDIFF(MILLISECOND FROM t.MON$TIMESTAMP TO CURRENT_TIMESTAMP)
+FROM MON$TRANSACTIONS t
+JOIN MON$CONTEXT_VARIABLES v ON v.MON$ATTACHMENT_ID = t.MON$ATTACHMENT_ID
+WHERE v.MON$VARIABLE_NAME = 'SUBS_WORKER'
+"""
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_no_transaction_stays_open_while_a_handler_runs_or_the_listener_idles(items, tmp_path, listeners, mode):
+    """Claims, acknowledgements and lease renewals are short transactions:
+    sampled every 0.2 s during a 3 s handler and 3 s of idling, none of the
+    listener's attachments has a transaction older than one second."""
+    listener = Listener(items, tmp_path, "--mode", mode, "--lease", "3", "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1, note="sleep3")
+    listener.wait_for(lambda lines: lines and lines[-1]["phase"] == "start")
+    ages: list[int] = []
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        ages += [age for (age,) in query(items, LISTENER_TRANSACTION_AGES)]
+        time.sleep(0.2)
+    assert handled(listener.lines()) == [1], "the handler ran, and ended within the samples"
+    assert query(items, TAGGED) != [(0,)], "the listener's attachments were there to sample"
+    assert max(ages, default=0) < 1000, sorted(ages)[-5:]
