@@ -32,14 +32,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from firebird.driver import DatabaseError  # noqa: E402
-from soak_chaos import Kill, Listener, SharedServer, alive, py_spy_dump  # noqa: E402
-from soak_checks import SUBSCRIPTIONS, Change, Fault, Report, run_checks  # noqa: E402
 
 from subscriptions.db.connection import Database  # noqa: E402
 from subscriptions.db.settings import ConnectionSettings  # noqa: E402
 from subscriptions.errors import SubsError  # noqa: E402
 
 import fb3server  # noqa: E402
+from soak_chaos import Kill, Listener, SharedServer, alive, py_spy_dump  # noqa: E402
+from soak_checks import SUBSCRIPTIONS, Change, Fault, Report, run_checks  # noqa: E402
 
 PRODUCERS = 4
 STUCK_AFTER = 20.0  # a claim held this long by a live worker (handlers take < 0.1 s) is stuck

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from soak_checks import Change, Fault, run_checks
 
 from conftest import EngineWedged
+from soak_checks import Change, Fault, run_checks
 
 SCRIPT = Path(__file__).with_name("soak.py")
 CHANGES = {"fb3": 1500, "fb5": 1000}
