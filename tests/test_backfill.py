@@ -215,6 +215,7 @@ def test_with_writers_the_last_event_of_each_row_is_its_current_state(lines, sub
         (("lines", "rec", "--where", "NOPE > 1"), ("--where rejected by the database", "NOPE")),
         (("lines", "rec", "--where", "1 = 1; DELETE FROM LINES"), ("--where condition refused", "';'")),
         (("lines", "rec", "--where", "QTY > (1"), ("unbalanced '('",)),
+        (("lines", "rec", "--where", " OR ".join(["QTY = 1"] * 600)), ("6,596 characters long", "stores 4,000")),
         (("lines", "bad tag!"), ("tag",)),
     ],
 )

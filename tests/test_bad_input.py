@@ -27,6 +27,9 @@ TABLES = (
     "CREATE VIEW LANGUAGE_NAMES AS SELECT NAME FROM LANGUAGES",
     "CREATE GLOBAL TEMPORARY TABLE SCRATCH (ID INTEGER NOT NULL PRIMARY KEY)",
     "CREATE TABLE IMPORTS EXTERNAL FILE 'imports.dat' (ID INTEGER NOT NULL)",
+    "CREATE TABLE WIDE_NAMES (ID INTEGER NOT NULL PRIMARY KEY, "
+    + ", ".join(f"A_RATHER_LONG_COLUMN_NAME_{number:03d} INTEGER" for number in range(130))
+    + ")",
 )
 
 REFUSED = {
@@ -36,6 +39,21 @@ REFUSED = {
     "view": (["add", "language_names", "I", "t"], "is a view"),
     "temporary table": (["add", "scratch", "I", "t"], "is a temporary table"),
     "external table": (["add", "imports", "I", "t"], "is an external table"),
+    "when longer than subs stores": (
+        ["add", "languages", "I", "t", "--when", " OR ".join(["NEW.YEAR_RELEASED = 1"] * 200)],
+        "characters long and subs stores 4,000",
+    ),
+    "columns more than subs stores": (
+        [
+            "add",
+            "wide_names",
+            "U",
+            "t",
+            "--columns",
+            ",".join(f"A_RATHER_LONG_COLUMN_NAME_{number:03d}" for number in range(130)),
+        ],
+        "--columns names 130 columns, more than subs can store",
+    ),
     "system table": (["add", "rdb$database", "I", "t"], "system table"),
     "own event log": (["add", "event_log", "I", "t"], "subs's own table"),
     "empty actions": (["add", "languages", "", "t"], "ACTIONS must be"),

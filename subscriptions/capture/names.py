@@ -18,6 +18,8 @@ ACTION_NAMES = {"I": "insert", "U": "update", "D": "delete"}
 TAG_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 TAG_RULE = "a letter followed by up to 39 letters, digits, '_', '.' or '-'"
 _UNQUOTED = re.compile(r"[A-Za-z][A-Za-z0-9_$]*")
+# EVENT_SUBSCRIBER.WHEN_CONDITION, WATCH_COLUMNS and EVENT_BACKFILL.WHERE_CONDITION hold this many.
+MAX_STORED_CHARS = 4000
 
 
 def lookup_names(typed: str) -> list[str]:
@@ -85,6 +87,11 @@ def check_condition(condition: str, option: str = "--when", over: str = "NEW/OLD
 
     if not condition.strip():
         raise refuse("it is empty")
+    if len(condition.strip()) > MAX_STORED_CHARS:
+        raise refuse(
+            f"it is {len(condition.strip()):,} characters long and subs stores {MAX_STORED_CHARS:,} "
+            "(a stored function can hold the logic)"
+        )
     while index < length:
         char = condition[index]
         if char in "'\"":

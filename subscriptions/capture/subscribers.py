@@ -25,7 +25,15 @@ from subscriptions.errors import SubsError
 
 from .drift import KEYLESS_STATES, OK, capture_state, capture_states
 from .metadata import Table, find_table, load_table
-from .names import ACTION_NAMES, check_condition, check_tag, lookup_names, parse_actions, split_names
+from .names import (
+    ACTION_NAMES,
+    MAX_STORED_CHARS,
+    check_condition,
+    check_tag,
+    lookup_names,
+    parse_actions,
+    split_names,
+)
 from .trigger_sync import MAX_KEY_BYTES, for_table, settle_trigger, subscription_from_row, sync_trigger
 from .triggers import Subscription, probe
 
@@ -105,6 +113,11 @@ def add(
         for action in actions:
             wanted = columns if action == "U" else ()
             encoded = json.dumps(list(wanted), ensure_ascii=False) if wanted else None
+            if encoded is not None and len(encoded) > MAX_STORED_CHARS:
+                raise SubsError(
+                    f"--columns names {len(wanted)} columns, more than subs can store ({MAX_STORED_CHARS:,} "
+                    "characters of names); watch fewer, or drop --columns to get every update"
+                )
             current = existing.get((action, tag))
             if current is None:
                 cursor.execute(statements["insert"], (table.name, action, tag, encoded, condition))
