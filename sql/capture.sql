@@ -8,14 +8,19 @@
 -- migrations keep frozen copies.
 --
 -- Captured rows (PK_ROW, OLD_ROW, NEW_ROW) are bytes:
---     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL) or <n>:<value>
+--     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL),
+--     <n>:<value> or =<value>;
 -- <n> counts bytes, so nothing needs escaping and any byte can be carried.
 -- Types: i integer, N exact decimal (NUMERIC, DECIMAL, INT128, DECFLOAT),
--- f binary float as <integer>p<exponent> (or nan, inf, -inf, 0, -0),
--- b boolean, D date, T time, S timestamp, z/Z time/timestamp with time
--- zone, x bytes (OCTETS, binary BLOB), s<charset> text as its stored
--- bytes. ARRAY and COMPUTED BY columns are left out. capture/values.py
--- reads it back.
+-- f binary float as <integer>p<exponent>, or as the 17 significant digits
+-- that give it back (OLD_ROW and NEW_ROW on Firebird 4 and later), or nan,
+-- inf, -inf, 0, -0, b boolean, D date, T time, S timestamp, z/Z time/
+-- timestamp with time zone, x bytes (OCTETS, binary BLOB), s<charset> text
+-- as its stored bytes. Since version 18, OLD_ROW and NEW_ROW write the
+-- values of the types before x, whose text never holds a ';', as
+-- =<value>; (a counted value costs its expression twice). PK_ROW keeps the
+-- counted form: KEY_HASH and keys.sql depend on its bytes. ARRAY and
+-- COMPUTED BY columns are left out. capture/values.py reads it back.
 
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
@@ -50,6 +55,7 @@ DECLARE new_expr BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE key_bytes INTEGER = 1;
 DECLARE row_bytes INTEGER = 1;
 DECLARE has_blob BOOLEAN = FALSE;
+DECLARE decimal_floats BOOLEAN = TRUE;
 DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
 DECLARE field_type SMALLINT;
 DECLARE sub_type SMALLINT;
@@ -109,34 +115,47 @@ BEGIN
 END
 
 -- One column's part of a captured row, for context NEW or OLD: its header
--- (name and type), then '-' or its value's byte count and bytes.
+-- (name and type), then '-' or its value: counted in keys and for text and
+-- bytes, delimited elsewhere in row images (ROW_IMAGE), where floats take
+-- the decimal form when the engine has DECFLOAT (DECIMAL_FLOATS).
 -- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
 DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
                            header VARCHAR(400) CHARACTER SET UTF8, type_code VARCHAR(70) CHARACTER SET UTF8,
-                           field_length INTEGER)
+                           field_length INTEGER, row_image BOOLEAN, decimal_floats BOOLEAN)
 RETURNS VARCHAR(4500) CHARACTER SET UTF8
 AS
 DECLARE ref VARCHAR(140) CHARACTER SET UTF8;
 DECLARE shift VARCHAR(200) CHARACTER SET UTF8;
+DECLARE finite VARCHAR(1000) CHARACTER SET UTF8;
 DECLARE value_expr VARCHAR(2000) CHARACTER SET UTF8;
+DECLARE prefix VARCHAR(1000) CHARACTER SET UTF8;
 BEGIN
     ref = context || '."' || REPLACE(column_name, '"', '""') || '"';
     IF (type_code = 'f') THEN
     BEGIN
         -- value = m * 2^shift exactly: with the shift 60 below the value's
         -- binary exponent (LOG may miss it by one either way), m is an
-        -- integer of at most 62 bits; subnormals have the smallest shift.
+        -- integer of 59 to 62 bits. The engine's cast of a DOUBLE to BIGINT
+        -- is one off for every integer in [2^52, 2^53): m stays above.
+        -- Below 1e-290 (subnormals and near) 2^shift would underflow: the
+        -- value is scaled by 2^200 first (exact) and the divisor with it.
+        -- DECFLOAT(34) takes a float through its 17 significant digits
+        -- (printf's %.16e, correctly rounded), which give the same float
+        -- back, for half the cost.
         -- NaN, the infinities (LOG of one raises) and zeros (with their
         -- sign: ATAN2(-0, -1) is -pi) come first, and only comparisons
         -- touch them: arithmetic on an infinity raises. NaN is the one value
         -- unequal to itself (how it compares with numbers varies), so first.
-        shift = 'CAST(MAXVALUE(FLOOR(LOG(2, ABS(' || ref || '))) - 60, -1074) AS INTEGER)';
+        shift = 'CAST(FLOOR(LOG(2, ABS(' || ref || '))) - 60 AS INTEGER)';
+        finite = 'CAST(CAST(IIF(ABS(' || ref || ') < 1e-290, ' || ref || ' * POWER(2, 200) / POWER(2, ' || shift
+            || ' + 200), ' || ref || ' / POWER(2, ' || shift || ')) AS BIGINT) AS VARCHAR(21)) || ''p'' || ' || shift;
+        IF (row_image AND decimal_floats) THEN
+            finite = 'CAST(CAST(' || ref || ' AS DECFLOAT(34)) AS VARCHAR(60) CHARACTER SET OCTETS)';
         value_expr = 'CASE WHEN ' || ref || ' <> ' || ref || ' THEN ''nan'''
             || ' WHEN ' || ref || ' > 1.7976931348623157e308 THEN ''inf'''
             || ' WHEN ' || ref || ' < -1.7976931348623157e308 THEN ''-inf'''
             || ' WHEN ' || ref || ' = 0 THEN IIF(ATAN2(' || ref || ', -1) < 0, ''-0'', ''0'')'
-            || ' ELSE CAST(CAST(' || ref || ' / POWER(2, ' || shift || ') AS BIGINT) AS VARCHAR(21)) || ''p'' || '
-            || shift || ' END';
+            || ' ELSE ' || finite || ' END';
     END
     ELSE IF (type_code = 'x') THEN
         value_expr = ref;
@@ -144,8 +163,11 @@ BEGIN
         value_expr = 'CAST(' || ref || ' AS BLOB SUB_TYPE BINARY)';
     ELSE
         value_expr = 'CAST(' || ref || ' AS VARCHAR(' || field_length || ') CHARACTER SET OCTETS)';
-    RETURN ASCII_CHAR(10) || '                || ''' || REPLACE(header, '''', '''''') || ''' || IIF(' || ref
-        || ' IS NULL, ''-'', OCTET_LENGTH(' || value_expr || ') || '':'' || ' || value_expr || ')';
+    prefix = ASCII_CHAR(10) || '                || ''' || REPLACE(header, '''', '''''') || ''' || IIF(' || ref
+        || ' IS NULL, ''-'', ';
+    IF (row_image AND type_code <> 'x' AND type_code NOT STARTING WITH 's') THEN
+        RETURN prefix || '''='' || ' || value_expr || ' || '';'')';
+    RETURN prefix || 'OCTET_LENGTH(' || value_expr || ') || '':'' || ' || value_expr || ')';
 END
 
 BEGIN
@@ -153,6 +175,7 @@ BEGIN
     BEGIN
         max_chars = 31;
         max_bytes = 31;
+        decimal_floats = FALSE;
         caught_error = '''SQLSTATE '' || SQLSTATE || '', GDSCODE '' || GDSCODE';
     END
     ELSE
@@ -236,8 +259,8 @@ BEGIN
         BEGIN
             header = counted(column_name) || counted(type_code);
             row_bytes = row_bytes + OCTET_LENGTH(header) + 12 + value_bytes;
-            old_fragment = fragment('OLD', column_name, header, type_code, field_length);
-            new_fragment = fragment('NEW', column_name, header, type_code, field_length);
+            old_fragment = fragment('OLD', column_name, header, type_code, field_length, TRUE, decimal_floats);
+            new_fragment = fragment('NEW', column_name, header, type_code, field_length, TRUE, decimal_floats);
             IF (CHAR_LENGTH(old_part) + CHAR_LENGTH(old_fragment) > 8000) THEN
             BEGIN
                 old_expr = old_expr || old_part;
@@ -253,8 +276,8 @@ BEGIN
             IF (in_key) THEN
             BEGIN
                 key_bytes = key_bytes + OCTET_LENGTH(header) + 12 + IIF(field_type = 261, 100000, value_bytes);
-                key_old = key_old || old_fragment;
-                key_new = key_new || new_fragment;
+                key_old = key_old || fragment('OLD', column_name, header, type_code, field_length, FALSE, FALSE);
+                key_new = key_new || fragment('NEW', column_name, header, type_code, field_length, FALSE, FALSE);
             END
         END
     END

@@ -4,6 +4,7 @@ captured-row format (every type: test_capture_types.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from decimal import Decimal
 
 import pytest
@@ -174,6 +175,13 @@ def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
         (b"~1:n5:sNONE2:\xff\x00", {"n": b"\xff\x00"}),
         (b"~1:w8:sWIN12521:\x80", {"w": "\u20ac"}),
         (b"~1:o1:x0:", {"o": b""}),
+        # Since schema version 18 row images delimit the types whose text holds no ';'.
+        (b"~2:ID1:i=5;1:t5:sUTF82:=;", {"ID": 5, "t": "=;"}),
+        (
+            b"~1:f1:f=0.30000000000000004;1:g1:f=-inf;1:N1:N=-1.5E+3;",
+            {"f": 0.30000000000000004, "g": -math.inf, "N": Decimal("-1.5E+3")},
+        ),
+        (b"~1:S1:S=2024-02-29 10:11:12.3456;1:b1:b-", {"S": dt.datetime(2024, 2, 29, 10, 11, 12, 345600), "b": None}),
         # Rows captured before schema version 8: text, counted in characters.
         ("2:IDi1:5", {"ID": 5}),
         ("3:Kéys2:é:2:IDn", {"Kéy": "é:", "ID": None}),
@@ -183,7 +191,9 @@ def test_decode_reads_the_documented_format(data, expected):
     assert decode(data) == expected
 
 
-@pytest.mark.parametrize("data", [b"~2:ID1:i9:5", b"~2:ID1:q1:5", b"~2:ID1:i1:x", "2:IDz1:5"])
+@pytest.mark.parametrize(
+    "data", [b"~2:ID1:i9:5", b"~2:ID1:q1:5", b"~2:ID1:i1:x", "2:IDz1:5", b"~2:ID1:i=5", b"~2:ID1:i=x;"]
+)
 def test_undecodable_rows_raise_one_kind_of_error(data):
     with pytest.raises(UndecodableEvent, match="cannot decode the captured row"):
         decode(data)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import random
+import struct
 import uuid
 import zoneinfo
 from decimal import Decimal
@@ -328,6 +330,43 @@ def test_infinities_nan_and_negative_zero_never_fail_a_write_and_arrive_as_store
         else:
             _same(event["old"], updated[key])
     assert math.copysign(1, inserted[3]["D"]) == -1, "the driver reads -0 back: the comparison means something"
+
+
+def test_floats_of_every_magnitude_arrive_bit_for_bit(settings):
+    """Random bit patterns (every exponent, subnormals, extremes) through the
+    float encodings: decimal digits in row images on Firebird 4 and later,
+    integer and power of two elsewhere (keys, Firebird 3)."""
+    generator = random.Random(18)
+    doubles = [5e-324, -2.2250738585072014e-308, 1.7976931348623157e308, 0.1, 2.0**53 + 2]
+    singles = [1.4e-45, -3.4028234663852886e38, 1.1]
+    while len(doubles) < 1500:
+        (double,) = struct.unpack("<d", generator.getrandbits(64).to_bytes(8, "little"))
+        if math.isfinite(double) and double:
+            doubles.append(double)
+    while len(singles) < len(doubles):
+        (single,) = struct.unpack("<f", generator.getrandbits(32).to_bytes(4, "little"))
+        if math.isfinite(single) and single:
+            singles.append(single)
+    execute(
+        settings,
+        "CREATE TABLE RANDOM_FLOATS (ID INTEGER NOT NULL, K DOUBLE PRECISION NOT NULL, F FLOAT, D DOUBLE PRECISION, "
+        "PRIMARY KEY (ID, K))",
+    )
+    Subs(settings).ok("add", "random_floats", "I", "audit")
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.executemany(
+            "INSERT INTO RANDOM_FLOATS VALUES (?, ?, ?, ?)",
+            [(row_id, double, single, double) for row_id, (single, double) in enumerate(zip(singles, doubles))],
+        )
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT ID, K, F, D FROM RANDOM_FLOATS")
+        selected = {row[0]: row for row in cursor.fetchall()}
+    logged = events(settings)
+    assert len(logged) == len(selected) == len(doubles)
+    for event in logged:
+        row_id, key, single, double = selected[event["pk"]["ID"]]
+        assert struct.pack("<dd", event["pk"]["K"], event["new"]["K"]) == struct.pack("<dd", key, key), row_id
+        assert struct.pack("<dd", event["new"]["F"], event["new"]["D"]) == struct.pack("<dd", single, double), row_id
 
 
 def test_every_time_zone_of_the_engine_arrives_as_the_same_instant(settings, engine):

@@ -3,7 +3,9 @@ values, equal to what firebird-driver returns when it selects the column.
 
 The capture trigger (generated in the database, sql/capture.sql) writes a
 row as bytes: ``~`` then, per column, ``<n>:<name><n>:<type>`` and either
-``-`` (NULL) or ``<n>:<value>``, where ``<n>`` counts bytes. The type travels
+``-`` (NULL), ``<n>:<value>``, where ``<n>`` counts bytes, or ``=<value>;``
+(since schema version 18, for the types whose text never holds a ``;``:
+counting a value costs the trigger its expression twice). The type travels
 with every value, so an event decodes as it was captured, whatever DDL came
 after. Rows captured before schema version 8 are UTF-8 text without the
 leading ``~`` and with character counts; they decode too.
@@ -40,7 +42,8 @@ def _time_tz(text: str) -> dt.time:
 
 def _binary_float(text: str) -> float:
     """``<integer>p<exponent>``: the float's exact value, integer * 2**exponent;
-    ``nan``, ``inf``, ``-inf``, ``0`` and ``-0`` as Python spells them."""
+    else decimal digits that round to it (17 significant ones), or ``nan``,
+    ``inf``, ``-inf``, ``0`` and ``-0`` as Python spells them."""
     mantissa, exponent_mark, exponent = text.partition("p")
     if not exponent_mark:
         return float(text)
@@ -96,12 +99,21 @@ def _decode(data: bytes) -> dict[str, Any]:
             raise ValueError("a value runs past the end of the row")
         return data[start:position]
 
+    def delimited() -> bytes:
+        nonlocal position
+        start = position + 1
+        position = data.index(b";", start) + 1
+        return data[start : position - 1]
+
     while position < len(data):
         name = counted().decode("utf-8")
         type_code = counted().decode("ascii")
-        if data[position : position + 1] == b"-":
+        mark = data[position : position + 1]
+        if mark == b"-":
             position += 1
             values[name] = None
+        elif mark == b"=":
+            values[name] = _value(type_code, delimited())
         else:
             values[name] = _value(type_code, counted())
     return values
