@@ -1,5 +1,5 @@
--- Schema version 18: row images cost the writer less, and floats in the
--- smallest normal binade are exact.
+-- Schema version 18: row images cost the writer less, the trigger is
+-- half as long, and floats in the smallest normal binade are exact.
 -- - The capture trigger wrote every value counted (<n>:<value>), which
 --   evaluates the value's expression twice. OLD_ROW and NEW_ROW now write
 --   the values whose text never holds a ';' as =<value>;.
@@ -10,6 +10,9 @@
 --   place off: the engine's cast of a DOUBLE to BIGINT is one off for the
 --   integers from 2^52 to 2^53, where the old clamp of the exponent put
 --   them. Tiny values are scaled by 2^200 instead.
+-- - Each row image is encoded once for all of the trigger's actions, not
+--   once per action: its expression is most of the trigger's text, which
+--   every attachment compiles on its first write to the table.
 -- PK_ROW keeps the counted form (KEY_HASH and keys.sql depend on its
 -- bytes). `subs init` regenerates the capture triggers after the upgrade.
 -- The procedure is a frozen copy of sql/capture.sql as it was for
@@ -76,6 +79,7 @@ DECLARE when_condition VARCHAR(4000) CHARACTER SET UTF8;
 DECLARE condition BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE changed BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE declarations BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE checks BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
 DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
 DECLARE block BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE logs BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
@@ -84,6 +88,8 @@ DECLARE any_match BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE gate BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE matching BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
 DECLARE subscriptions INTEGER;
+DECLARE gated BOOLEAN = FALSE;
+DECLARE pad VARCHAR(8) CHARACTER SET ASCII;
 DECLARE conditional INTEGER;
 DECLARE events VARCHAR(40) CHARACTER SET ASCII;
 DECLARE nl CHAR(1) CHARACTER SET ASCII = '
@@ -381,22 +387,44 @@ BEGIN
                     || lit(TABLE_NAME || '|' || tag || '|') || ' || :row_key), :old_values, :new_values, TRUE, '
                     || 'LOCALTIMESTAMP, :failure_' || sub_id || ');' || nl;
         END
-        capture = '            row_key = ' || IIF(action = 'D', key_old, key_new) || ';' || nl
-            || IIF(action IN ('U', 'D'), '            old_values = ' || old_expr || ';' || nl, '')
-            || IIF(action IN ('I', 'U'), '            new_values = ' || new_expr || ';' || nl, '');
         IF (conditional = subscriptions) THEN
-            capture = '        IF (' || any_match || ') THEN' || nl || '        BEGIN' || nl || capture
-                || '        END' || nl;
+        BEGIN
+            -- Every subscription of this action has a condition: the row is
+            -- encoded only when one matched (or raised, to log it dead).
+            gated = TRUE;
+            block = block || '        wanted = ' || any_match || ';' || nl;
+        END
+        IF (block <> '') THEN
+            checks = checks || '    IF (' || DECODE(action, 'I', 'INSERTING', 'U', 'UPDATING', 'D', 'DELETING')
+                || ') THEN' || nl || '    BEGIN' || nl || block || '    END' || nl;
+        body = body || '    IF (' || DECODE(action, 'I', 'INSERTING', 'U', 'UPDATING', 'D', 'DELETING') || ') THEN'
+            || nl || '    BEGIN' || nl || logs || '    END' || nl;
         events = COALESCE(events || ' OR ', '')
             || DECODE(action, 'I', 'INSERT', 'U', 'UPDATE', 'D', 'DELETE');
-        body = body || '    IF (' || DECODE(action, 'I', 'INSERTING', 'U', 'UPDATING', 'D', 'DELETING') || ') THEN'
-            || nl || '    BEGIN' || nl || block || capture || logs || '    END' || nl;
     END
     IF (events IS NULL) THEN
     BEGIN
         REASON = 'no subscription';
         SUSPEND;
         EXIT;
+    END
+    -- Each row image is encoded once for all actions: its expression is most
+    -- of the trigger's text, which every attachment compiles on its first
+    -- write to the table.
+    pad = IIF(gated, '        ', '    ');
+    IF (events CONTAINING 'DELETE' AND events <> 'DELETE') THEN
+        capture = pad || 'IF (DELETING) THEN' || nl || pad || '    row_key = ' || key_old || ';' || nl
+            || pad || 'ELSE' || nl || pad || '    row_key = ' || key_new || ';' || nl;
+    ELSE
+        capture = pad || 'row_key = ' || IIF(events = 'DELETE', key_old, key_new) || ';' || nl;
+    IF (events CONTAINING 'UPDATE' OR events CONTAINING 'DELETE') THEN
+        capture = capture || pad || 'IF (NOT INSERTING) THEN' || nl || pad || '    old_values = ' || old_expr || ';' || nl;
+    IF (events CONTAINING 'INSERT' OR events CONTAINING 'UPDATE') THEN
+        capture = capture || pad || 'IF (NOT DELETING) THEN' || nl || pad || '    new_values = ' || new_expr || ';' || nl;
+    IF (gated) THEN
+    BEGIN
+        declarations = declarations || 'DECLARE wanted BOOLEAN = TRUE;' || nl;
+        capture = '    IF (wanted) THEN' || nl || '    BEGIN' || nl || capture || '    END' || nl;
     END
     SOURCE = 'CREATE OR ALTER TRIGGER ' || q(TRIGGER_NAME) || ' FOR ' || q(TABLE_NAME) || nl
         || 'ACTIVE AFTER ' || events || ' POSITION 32000' || nl
@@ -405,7 +433,7 @@ BEGIN
         || 'DECLARE old_values BLOB SUB_TYPE BINARY;' || nl
         || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
         || declarations
-        || 'BEGIN' || nl || body || 'END';
+        || 'BEGIN' || nl || checks || capture || body || 'END';
     SUSPEND;
 END;
 
