@@ -29,6 +29,7 @@ from . import (
     w8_backfill,
     w9_console,
     w10_handler_pool,
+    w11_wide_tables,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -47,6 +48,7 @@ WORKLOADS = {
         w8_backfill,
         w9_console,
         w10_handler_pool,
+        w11_wide_tables,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

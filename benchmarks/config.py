@@ -31,6 +31,7 @@ class Sizes:
     w9_small: int = 1_000
     w9_large: int = 1_000_000
     w10_events: int = 3_000
+    w11_rows: int = 2_000
 
 
 FULL = Sizes()
@@ -51,6 +52,7 @@ QUICK = Sizes(
     w9_small=100,
     w9_large=2_000,
     w10_events=100,
+    w11_rows=40,
 )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from . import w1_throughput as w1
 from . import w9_console as w9
 from . import w10_handler_pool as w10
+from . import w11_wide_tables as w11
 from .config import Sizes
 from .results import Summary
 
@@ -91,6 +92,11 @@ def goals(sizes: Sizes) -> list[Goal]:
             "x plain, bulk insert (PSQL)",
             "<=",
             2.0,
+        ),
+        # Issue 15's bulk-insert goal holds for any table, not only W4's six columns.
+        *(
+            Goal("W11", f"{kind} x{w11.COLUMNS}: <= 2x plain table (bulk insert in PSQL)", kind, w11.BULK, "<=", 2.0)
+            for kind in w11.TYPES
         ),
         Goal(
             "W7", "nats relay >= 0.8x the no-op handler's rate (ordered)", "nats relay, ordered", "x no-op", ">=", 0.8

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10")
+ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
 
 
 def run_quick(tmp_path: Path, *args: str) -> dict:
@@ -72,12 +72,15 @@ def test_quick_run_on_embedded_firebird_covers_every_workload(tmp_path):
     w10 = figures(data, "W10", "fb5")
     assert w10[("1 ms handler, parallel (4 processes)", "x ordered")]["median"] > 0
     assert w10[("handler process killed", "s to start again")]["median"] > 0
+    w11 = figures(data, "W11", "fb5")
+    assert w11[("DOUBLE PRECISION", "first insert of an attachment")]["median"] > 0
+    assert w11[("DOUBLE PRECISION, plain table", "first insert of an attachment")]["median"] > 0
     assert data["machine"]["engines"]["fb5"]["server_mode"] == "SuperClassic"
 
 
 def test_quick_run_on_the_firebird_3_server(tmp_path):
-    data = run_quick(tmp_path, "--engine", "fb3", "--only", "W1,W2,W4")
-    check_sane(data, ("W1", "W2", "W4"), "fb3")
+    data = run_quick(tmp_path, "--engine", "fb3", "--only", "W1,W2,W4,W11")
+    check_sane(data, ("W1", "W2", "W4", "W11"), "fb3")
     w4 = figures(data, "W4", "fb3")
     assert w4[("1 subscription", "x plain, bulk insert (PSQL)")]["median"] > 0
     assert not any(case.startswith("baseline 3") for case, _ in figures(data, "W2", "fb3"))
