@@ -332,12 +332,15 @@ def test_infinities_nan_and_negative_zero_never_fail_a_write_and_arrive_as_store
     assert math.copysign(1, inserted[3]["D"]) == -1, "the driver reads -0 back: the comparison means something"
 
 
-def test_floats_of_every_magnitude_arrive_bit_for_bit(settings):
+def test_floats_of_every_magnitude_arrive_bit_for_bit(settings, engine):
     """Random bit patterns (every exponent, subnormals, extremes) through the
-    float encodings: decimal digits in row images on Firebird 4 and later,
-    integer and power of two elsewhere (keys, Firebird 3)."""
+    float encodings: decimal digits in row images on Firebird 4 and later
+    (written by a session that traps every DECFLOAT condition and rounds
+    up: the conversion is exact), integer and power of two elsewhere (keys,
+    Firebird 3)."""
     generator = random.Random(18)
-    doubles = [5e-324, -2.2250738585072014e-308, 1.7976931348623157e308, 0.1, 2.0**53 + 2]
+    smallest_normal = 2.0**-1022  # the binade the integer-and-power-of-two form once got wrong
+    doubles = [5e-324, -smallest_normal, math.nextafter(smallest_normal, 1), 1.7976931348623157e308, 0.1, 2.0**53 + 2]
     singles = [1.4e-45, -3.4028234663852886e38, 1.1]
     while len(doubles) < 1500:
         (double,) = struct.unpack("<d", generator.getrandbits(64).to_bytes(8, "little"))
@@ -353,11 +356,21 @@ def test_floats_of_every_magnitude_arrive_bit_for_bit(settings):
         "PRIMARY KEY (ID, K))",
     )
     Subs(settings).ok("add", "random_floats", "I", "audit")
-    with Database(settings) as db, db.transaction() as cursor:
-        cursor.executemany(
-            "INSERT INTO RANDOM_FLOATS VALUES (?, ?, ?, ?)",
-            [(row_id, double, single, double) for row_id, (single, double) in enumerate(zip(singles, doubles))],
-        )
+    with Database(settings) as db:
+        if engine != "fb3":
+            db.connection.execute_immediate(
+                "SET DECFLOAT TRAPS TO Division_by_zero, Inexact, Invalid_operation, Overflow, Underflow"
+            )
+            db.connection.execute_immediate("SET DECFLOAT ROUND CEILING")
+            db.connection.commit()  # the settings belong to the attachment
+            with db.transaction() as cursor, pytest.raises(DatabaseError, match="(?i)inexact"):
+                cursor.execute("SELECT CAST(1 AS DECFLOAT(34)) / 3 FROM RDB$DATABASE")
+                cursor.fetchone()
+        with db.transaction() as cursor:
+            cursor.executemany(
+                "INSERT INTO RANDOM_FLOATS VALUES (?, ?, ?, ?)",
+                [(row_id, double, single, double) for row_id, (single, double) in enumerate(zip(singles, doubles))],
+            )
     with Database(settings) as db, db.transaction() as cursor:
         cursor.execute("SELECT ID, K, F, D FROM RANDOM_FLOATS")
         selected = {row[0]: row for row in cursor.fetchall()}
