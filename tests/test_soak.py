@@ -28,9 +28,11 @@ CHANGES = {"fb3": 1500, "fb5": 1000}
 # On the Firebird 3 server the producers are done in about 10 s (RATE), and
 # ordered delivery one event at a time (two commits with forced writes per
 # event) runs at about 70 events/s on a 2-core VM: a run has delivered its
-# 1,750 events after 25-33 s, and may go on to 45 s (the bound less 10 s for
-# the checks). A larger bound costs time only when a run is slow or stuck.
-SECONDS = {"fb3": 55, "fb5": 70}
+# 1,750 events after 25-46 s alone. Beside the other test process it can run
+# at 55 events/s: one CI run (2026-11-26) was still delivering steadily at
+# the old bound of 55 s (45 s less the 10 s for the checks). A larger bound
+# costs time only when a run is slow or stuck.
+SECONDS = {"fb3": 75, "fb5": 70}
 # Changes per second in all; without it, soak.py spreads the changes over
 # most of the time before its drain reserve.
 RATE = {"fb3": 150}
