@@ -225,6 +225,28 @@ def test_remove_keeps_pending_events_unless_purged(subs, settings):
     assert query(settings, "SELECT COUNT(*) FROM EVENT_SUBSCRIBER") == [(0,)]
 
 
+def test_purge_follows_a_remove_that_kept_events(subs, settings):
+    """The hint of a remove that kept events works: --purge then deletes
+    them with the subscription; a second plain remove or a pause says what
+    is left and how to delete it, and changes nothing."""
+    execute(settings, LANGUAGES)
+    subs.ok("add", "languages", "IU", "send_email")
+    execute(settings, "INSERT INTO LANGUAGES (NAME) VALUES ('Lisp')", "INSERT INTO LANGUAGES (NAME) VALUES ('Rust')")
+    subs.ok("remove", "languages", "I", "send_email")
+    for command in ("remove", "pause"):
+        assert_one_line_error(
+            subs(command, "languages", "I", "send_email"),
+            "LANGUAGES I send_email was removed and its kept events are still delivered",
+            "`subs remove languages I send_email --purge` deletes them",
+        )
+    assert len(events(settings)) == 2
+    output = subs.ok("remove", "languages", "I", "send_email", "--purge")
+    assert "removed: LANGUAGES I send_email" in output and "2 event(s) purged" in output
+    assert events(settings) == []
+    listed = json.loads(subs.ok("list", "--json"))
+    assert [(row["action"], row["active"]) for row in listed] == [("U", True)]
+
+
 def test_remove_after_the_table_was_dropped(subs, settings):
     execute(settings, LANGUAGES)
     subs.ok("add", "languages", "IU", "send_email")

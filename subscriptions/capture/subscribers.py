@@ -171,16 +171,25 @@ def _check_when(cursor: Cursor, table: Table, subscriptions: list[Subscription])
         cursor.transaction.rollback(savepoint=PROBE_SAVEPOINT)
 
 
-def _subscribed(cursor: Cursor, table_typed: str, actions: str, tag: str) -> tuple[str, list[Subscription]]:
-    """The table's name and its active subscriptions of ``actions`` for
-    ``tag``, one per action; refuses any that does not exist."""
+def _subscribed(
+    cursor: Cursor, table_typed: str, actions: str, tag: str, *, removed_too: bool = False
+) -> tuple[str, list[Subscription]]:
+    """The table's name and its subscriptions of ``actions`` for ``tag``, one
+    per action; refuses any that does not exist, and one that was removed
+    with its events kept unless ``removed_too``."""
     name = _subscribed_table(cursor, table_typed)
-    current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else []) if s.active}
+    current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else [])}
     missing = [a for a in actions if (a, tag) not in current]
     if name is None or missing:
         raise SubsError(
             f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
             "`subs list` shows the subscriptions"
+        )
+    removed = [a for a in actions if not current[(a, tag)].active]
+    if removed and not removed_too:
+        raise SubsError(
+            f"{name} {''.join(removed)} {tag} was removed and its kept events are still delivered; "
+            f"`subs remove {table_typed} {''.join(removed)} {tag} --purge` deletes them"
         )
     return name, [current[(action, tag)] for action in actions]
 
@@ -203,7 +212,7 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
     statements = sql.load("subscribers")
 
     def work(cursor: Cursor) -> tuple[list[Change], str | None]:
-        name, subscribed = _subscribed(cursor, table_typed, actions, tag)
+        name, subscribed = _subscribed(cursor, table_typed, actions, tag, removed_too=purge)
         changes = []
         for subscription in subscribed:
             cursor.execute(statements["count_events"], (subscription.sub_id,))
