@@ -13,7 +13,8 @@ from pathlib import Path
 
 from subscriptions.db.connection import Database
 
-from conftest import query
+from conftest import EngineWedged, query
+from soak_chaos import py_spy_dump
 
 RECORDER = '''
 import json, os, time
@@ -130,6 +131,21 @@ class Listener:
         self.log.seek(0)
         return self.log.read()
 
+    def stacks(self) -> str:
+        """py-spy dumps of the listener's processes (its process group), for
+        the engine's waits of SOAK-NOTES finding 8."""
+        dumps = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                member = os.getpgid(int(entry.name)) == self.process.pid
+            except ProcessLookupError:
+                continue
+            if member:
+                dumps.append(py_spy_dump(int(entry.name), self.record.with_name(f"stack-{entry.name}.txt")))
+        return "\n".join(dumps)
+
     def stop(self) -> None:
         """Kill the listener and its workers (a process group of their own)."""
         try:
@@ -143,6 +159,35 @@ def insert(settings, first: int, count: int, note: str = "") -> None:
     with Database(settings) as db, db.transaction() as cursor:
         for key in range(first, first + count):
             cursor.execute("INSERT INTO ITEMS VALUES (?, ?)", (key, note))
+
+
+DISCONNECT_OTHERS = """
+import os, sys
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+
+settings = ConnectionSettings(sys.argv[1], os.environ["ISC_USER"], os.environ["ISC_PASSWORD"] or None)
+with Database(settings) as db, db.transaction() as cursor:
+    cursor.execute(
+        "DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID <> CURRENT_CONNECTION AND MON$SYSTEM_FLAG = 0"
+    )
+"""
+
+
+def disconnect_others(settings, listener: Listener, timeout: float = 90.0) -> None:
+    """Disconnect every other attachment of the database, as an operator
+    would, in a child process with a bound: on embedded Firebird 4 this
+    DELETE once waited for more than 5 minutes while the listener sat idle
+    (in a test with no bound, CI would have waited out its 90 minutes).
+    A wait that long is the engine's (EngineWedged), with the listener's
+    stacks to say where its processes were."""
+    env = {**os.environ, "ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or ""}
+    try:
+        subprocess.run([sys.executable, "-c", DISCONNECT_OTHERS, settings.dsn], env=env, check=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise EngineWedged(
+            f"DELETE FROM MON$ATTACHMENTS waited more than {timeout:g} s; the listener's stacks:\n" + listener.stacks()
+        ) from None
 
 
 def handled(lines: list[dict]) -> list[int]:

@@ -26,7 +26,6 @@ from subscriptions.testing import deliver, load_handlers, make_event
 from conftest import EngineWedged, Subs, assert_one_line_error, execute, wait_until
 from listening import Listener, remaining
 from natsserver import NatsServer
-from soak_chaos import py_spy_dump
 
 STREAM = "SUBS"
 
@@ -247,30 +246,13 @@ def wait_for_messages(
         if producer.committed.value == committed:
             stalled = "no producer commit"
         elif "listening on" not in listener.output():
-            stalled = "the listener still starting; its stacks:\n" + stacks(listener)
+            stalled = "the listener still starting; its stacks:\n" + listener.stacks()
         else:
             raise
         raise EngineWedged(
             f"the embedded engine wedged after a SIGKILL: no {what} and {stalled} in {timeout:g} s "
             "(tests/SOAK-NOTES.md, finding 8)"
         ) from None
-
-
-def stacks(listener: Listener) -> str:
-    """py-spy dumps of the listener's processes (its process group): where
-    a start-up waits, for SOAK-NOTES finding 8."""
-    group = listener.process.pid
-    dumps = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            member = os.getpgid(int(entry.name)) == group
-        except ProcessLookupError:
-            continue
-        if member:
-            dumps.append(py_spy_dump(int(entry.name), listener.record.with_name(f"stack-{entry.name}.txt")))
-    return "\n".join(dumps)
 
 
 def test_the_stream_gets_every_event_once_through_listener_and_server_kills(
