@@ -227,22 +227,27 @@ def test_remove_keeps_pending_events_unless_purged(subs, settings):
 
 def test_purge_follows_a_remove_that_kept_events(subs, settings):
     """The hint of a remove that kept events works: --purge then deletes
-    them with the subscription; a second plain remove or a pause says what
-    is left and how to delete it, and changes nothing."""
+    them with the subscription. Before that, a second plain remove says what
+    is left and how to delete it, a pause says the subscription was removed,
+    and neither changes anything; once its events are gone, a plain remove
+    deletes it."""
     execute(settings, LANGUAGES)
-    subs.ok("add", "languages", "IU", "send_email")
+    subs.ok("add", "languages", "IUD", "send_email")
     execute(settings, "INSERT INTO LANGUAGES (NAME) VALUES ('Lisp')", "INSERT INTO LANGUAGES (NAME) VALUES ('Rust')")
-    subs.ok("remove", "languages", "I", "send_email")
-    for command in ("remove", "pause"):
-        assert_one_line_error(
-            subs(command, "languages", "I", "send_email"),
-            "LANGUAGES I send_email was removed and its kept events are still delivered",
-            "`subs remove languages I send_email --purge` deletes them",
-        )
-    assert len(events(settings)) == 2
+    execute(settings, "DELETE FROM LANGUAGES WHERE NAME = 'Rust'")
+    subs.ok("remove", "languages", "ID", "send_email")
+    assert_one_line_error(
+        subs("remove", "languages", "I", "send_email"),
+        "LANGUAGES I send_email was already removed and keeps 2 event(s), still delivered",
+        "`subs remove languages I send_email --purge` deletes them",
+    )
+    assert_one_line_error(subs("pause", "languages", "I", "send_email"), "LANGUAGES I send_email was removed")
+    assert len(events(settings)) == 3
     output = subs.ok("remove", "languages", "I", "send_email", "--purge")
     assert "removed: LANGUAGES I send_email" in output and "2 event(s) purged" in output
-    assert events(settings) == []
+    assert len(events(settings)) == 1
+    execute(settings, "DELETE FROM EVENT_LOG")  # as if the listener had delivered it
+    assert "removed: LANGUAGES D send_email" in subs.ok("remove", "languages", "D", "send_email")
     listed = json.loads(subs.ok("list", "--json"))
     assert [(row["action"], row["active"]) for row in listed] == [("U", True)]
 

@@ -185,11 +185,11 @@ def _subscribed(
             f"{name or table_typed} {''.join(missing or actions)} {tag} is not subscribed; "
             "`subs list` shows the subscriptions"
         )
-    removed = [a for a in actions if not current[(a, tag)].active]
+    removed = "".join(a for a in actions if not current[(a, tag)].active)
     if removed and not removed_too:
         raise SubsError(
-            f"{name} {''.join(removed)} {tag} was removed and its kept events are still delivered; "
-            f"`subs remove {table_typed} {''.join(removed)} {tag} --purge` deletes them"
+            f"{name} {removed} {tag} was removed; `subs list` shows the events it still delivers, "
+            f"`subs add` subscribes it again"
         )
     return name, [current[(action, tag)] for action in actions]
 
@@ -206,17 +206,24 @@ def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
 
 
 def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purge: bool = False) -> list[Change]:
-    """Unsubscribe; pending events stay (and are still delivered) unless ``purge``."""
+    """Unsubscribe; pending events stay (and are still delivered) unless
+    ``purge``. A subscription removed with its events kept is deleted once
+    they are delivered, or at once with ``purge``."""
     actions = parse_actions(actions_typed)
     check_tag(tag)
     statements = sql.load("subscribers")
 
     def work(cursor: Cursor) -> tuple[list[Change], str | None]:
-        name, subscribed = _subscribed(cursor, table_typed, actions, tag, removed_too=purge)
+        name, subscribed = _subscribed(cursor, table_typed, actions, tag, removed_too=True)
         changes = []
         for subscription in subscribed:
             cursor.execute(statements["count_events"], (subscription.sub_id,))
             events = cursor.fetchone()[0]
+            if events and not purge and not subscription.active:
+                raise SubsError(
+                    f"{name} {subscription.action} {tag} was already removed and keeps {events} event(s), "
+                    f"still delivered; `subs remove {table_typed} {subscription.action} {tag} --purge` deletes them"
+                )
             if purge and events:
                 cursor.execute(statements["delete_events"], (subscription.sub_id,))
             if events and not purge:
