@@ -175,8 +175,8 @@ def _subscribed(
     cursor: Cursor, table_typed: str, actions: str, tag: str, *, removed_too: bool = False
 ) -> tuple[str, list[Subscription]]:
     """The table's name and its subscriptions of ``actions`` for ``tag``, one
-    per action; refuses any that does not exist, and one that was removed
-    with its events kept unless ``removed_too``."""
+    per action; refuses any that does not exist, and, unless ``removed_too``,
+    one that was removed (it stays while it has events to deliver)."""
     name = _subscribed_table(cursor, table_typed)
     current = {(s.action, s.tag): s for s in (for_table(cursor, name) if name else [])}
     missing = [a for a in actions if (a, tag) not in current]
@@ -207,8 +207,8 @@ def _subscribed_table(cursor: Cursor, typed: str) -> str | None:
 
 def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purge: bool = False) -> list[Change]:
     """Unsubscribe; pending events stay (and are still delivered) unless
-    ``purge``. A subscription removed with its events kept is deleted once
-    they are delivered, or at once with ``purge``."""
+    ``purge``. A subscription removed with its events kept is deleted by a
+    later remove with ``purge``, or without once its events are gone."""
     actions = parse_actions(actions_typed)
     check_tag(tag)
     statements = sql.load("subscribers")
