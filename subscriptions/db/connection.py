@@ -10,10 +10,13 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from firebird.driver import (
+    TPB,
     Connection,
     Cursor,
     DatabaseError,
     Isolation,
+    TableAccessMode,
+    TableShareMode,
     TraAccessMode,
     connect,
     create_database,
@@ -35,6 +38,18 @@ def nowait_tpb() -> bytes:
     rather than wait. Built on first use: building a TPB loads the client
     library, which must be the embedded runtime's (runtime.load())."""
     return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0))
+
+
+@functools.cache
+def protected_write_tpb(table: str, lock_timeout: int = 0) -> bytes:
+    """READ COMMITTED holding ``table`` for protected write from its start:
+    others may read the table but not write it until the commit. When others
+    are writing it, starting the transaction fails with a lock conflict, at
+    once or after ``lock_timeout`` seconds. For DDL whose commit must not be
+    refused because the table is in use (housekeeping.py)."""
+    spec = TPB(isolation=Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=lock_timeout)
+    spec.reserve_table(table, TableShareMode.PROTECTED, TableAccessMode.LOCK_WRITE)
+    return cast(bytes, spec.get_buffer())
 
 
 @functools.cache

@@ -12,6 +12,7 @@ from subscriptions.errors import SubsError
 from .settings import ConnectionSettings
 
 LOCK_CONFLICT = 335544345
+LOCK_TIMEOUT = 335544510  # isc_lock_timeout: a WAIT transaction's lock_timeout ran out
 DEADLOCK = 335544336
 UPDATE_CONFLICT = 335544451
 CONCURRENT_TRANSACTION = 335544878

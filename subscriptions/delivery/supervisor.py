@@ -13,7 +13,8 @@ housekeeping thread disconnects attachments the server keeps for dead
 claimers (reaper.py) when one dies and every REAP_INTERVAL, fails at once
 the events a dead claimer held (recovery.py), records the console's
 per-minute statistics (stats.py), rebuilds the claim index every
-REBUILD_EVERY handled events (housekeeping.py), and settles the capture
+REBUILD_EVERY handled events and whenever it finds it unusable
+(housekeeping.py), and settles the capture
 triggers the application's DDL regenerated (capture/trigger_sync.py). The
 claimer and its handler processes die with their parent (a parent-death
 signal), so a SIGKILLed listener leaves none behind.
@@ -84,9 +85,10 @@ class Supervisor:
         REAP_INTERVAL, reap dead workers' attachments and fail at once what
         the dead ones held (again every RECOVERY_RETRY while one of their
         transactions still holds it); every RECORD_INTERVAL, record the
-        per-minute statistics; every BACKLOG_INTERVAL, sample the backlog;
-        once REBUILD_EVERY events were handled since the last rebuild,
-        rebuild the claim index; every PRUNE_INTERVAL, prune statistics.
+        per-minute statistics; every BACKLOG_INTERVAL, sample the backlog
+        and check that the claim index is usable; once REBUILD_EVERY events
+        were handled since the last rebuild, or when the index is unusable,
+        rebuild it; every PRUNE_INTERVAL, prune statistics.
         Whenever it connects, it settles the capture triggers the
         application's DDL regenerated. It connects only when there is work."""
         unsettled: list[tuple[str, str]] = []
@@ -122,6 +124,7 @@ class Supervisor:
                     if sample:
                         next_sample = now + stats.BACKLOG_INTERVAL
                         stats.record_backlog(db, self.recorder)
+                        rebuild = rebuild or not housekeeping.queue_index_usable(db)
                     if prune:
                         next_prune = now + stats.PRUNE_INTERVAL
                         stats.prune(db)
