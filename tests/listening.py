@@ -17,7 +17,7 @@ from conftest import EngineWedged, query
 from soak_chaos import py_spy_dump
 
 RECORDER = '''
-import json, os, time
+import json, os, signal, time
 from subscriptions import hookimpl
 
 RECORD = os.environ["RECORD_FILE"]
@@ -40,9 +40,12 @@ def register_handlers(register):
 
 def handle(event):
     """Behaves as the row's NOTE says: sleepN, fail, fail_once, fail_flagged
-    (while the file RECORD_FILE.fail exists), or nothing."""
+    (while the file RECORD_FILE.fail exists), die_once (SIGKILLs its own
+    process), or nothing."""
     note = (event.new or event.old or {}).get("NOTE") or ""
     append(event, "start")
+    if note == "die_once" and event.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
     if note.startswith("sleep") and event.attempt == 1:
         time.sleep(float(note[5:]))
     if note == "fail" or (note == "fail_once" and event.attempt == 1):

@@ -343,6 +343,18 @@ class Claimer:
         params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), int(dead), event_id)
         self._run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
+    def count_attempts(self, event_ids: Sequence[int]) -> None:
+        """Count an attempt of events that were handled (or failed) by a
+        handler process that died before it reported them: they come again
+        once their claim is given back, as their next attempt."""
+        ids = _sorted_ids(event_ids)
+
+        def work(cursor: Cursor) -> None:
+            for chunk in _id_lists(ids):
+                cursor.execute(self._sql["count_attempts"], (chunk,))
+
+        self._run(work)
+
     def extend(self) -> int:
         """Renew every lease we hold, spans and streams (the heartbeat);
         returns how many."""

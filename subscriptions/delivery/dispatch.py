@@ -213,29 +213,36 @@ class Dispatcher:
             if reports and self._record(claimer, slot, reports):
                 ended = True
                 continue
-            event = slot.running
-            if event is None or time.monotonic() - slot.heard <= self.options.timeout:
+            if slot.running is None or time.monotonic() - slot.heard <= self.options.timeout:
                 continue
+            self.pool.kill(slot)
+            reports = self.pool.receive(slot)  # what it sent before it was killed
+            if reports:
+                ended = self._record(claimer, slot, reports) or ended
+            _, running = slot.cut_off()
             log.error(
-                "handler for %s ran over --timeout (%gs) on event %s; killing its process pid %s",
-                event.tag,
+                "handler ran over --timeout (%gs) on event(s) %s; killed its process pid %s",
                 self.options.timeout,
-                event.id,
+                ", ".join(f"{event.id} ({event.tag})" for event in running) or "(none left)",
                 slot.process.pid,
             )
-            self.pool.kill(slot)
             ended = self._abort(claimer, slot, f"timed out after {self.options.timeout:g}s", self.options.timeout)
         return ended
 
     def _abort(self, claimer: Claimer, slot: Slot, error: str, seconds: float) -> bool:
-        """A slot's process is gone: its running event fails, the rest of its
+        """A slot's process is gone: the events of the call it was in fail;
+        those it handled whose reports went with it have their attempt
+        counted and come again (their outcome is not known); the rest of its
         jobs were never started; a fresh process takes the slot. True if it
         had a job."""
         had_job = bool(slot.queue)
         try:
-            event = slot.running
-            if event is not None:
-                slot.reported += 1
+            lost, running = slot.cut_off()
+            if lost:
+                with self.in_flight.settling:
+                    claimer.count_attempts([event.id for event in lost])
+            slot.reported += len(lost) + len(running)
+            for event in running:
                 self._failed(claimer, event, error, seconds)
             while slot.queue:
                 self._finish(claimer, slot)

@@ -37,10 +37,23 @@ from .claimed import Claimed
 from .options import ListenOptions
 
 if TYPE_CHECKING:
+    from ctypes import Array, c_longlong
+
     from .transactional import Transactions
+
+    Progress = Array[c_longlong]
 
 log = logging.getLogger("subs.handler")
 REPORT_EVERY = 0.05
+
+# Progress: three integers in memory the process shares with its claimer,
+# written as calls begin and return, without a system call: the number of
+# the job running (Job.number), and how many of its events (counted from its
+# first, in order) were in calls that began, and that returned. Reports lag
+# behind (REPORT_EVERY), so when the process dies this tells the claimer
+# which events were handled with their outcome lost, which were in the call
+# it died in, and which were never started.
+JOB, STARTED, RETURNED = range(3)
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class Job:
     events: list[Claimed]
     in_order: bool
     follows: bool = False
+    number: int = 0  # the job's place among those handed to its process (pool.py)
 
 
 @dataclass(frozen=True)
@@ -104,25 +118,33 @@ class Reporter:
 class Runner:
     """Runs jobs in this process; attaches only for transactional handlers."""
 
-    def __init__(self, options: ListenOptions, owner: str, stop: c_bool) -> None:
+    def __init__(self, options: ListenOptions, owner: str, stop: c_bool, progress: Progress) -> None:
         self.options = options
         self.owner = owner
         self.stop = stop
+        self.progress = progress
         self.handlers: dict[str, Handler] = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.caller = Caller()
         self.transactions: Transactions | None = None  # made for the first transactional handler
         self.cut_short = False  # the last job did not run to its end
 
     def run(self, job: Job, reporter: Reporter) -> None:
-        """Handle ``job`` and report every event of it, in order."""
+        """Handle ``job`` and report every event of it, in order, noting in
+        ``progress`` how far the calls got (see Progress)."""
+        self.progress[STARTED] = self.progress[RETURNED] = 0
+        self.progress[JOB] = job.number
+        position = 0
         carry_on = not (job.follows and self.cut_short)
         for call in self._calls(job):
+            position += len(call.events)
             carry_on = carry_on and not self.stop.value
             if not carry_on:
                 reporter.add(Report(event.id, None, 0.0, started=False) for event in call.events)
                 continue
             started = time.monotonic()
+            self.progress[STARTED] = position
             errors = self.caller.run(call)
+            self.progress[RETURNED] = position
             seconds = (time.monotonic() - started) / len(errors)
             reports = []
             for event, error in zip(call.events, errors, strict=True):
@@ -196,7 +218,13 @@ def _one_write_per_line() -> None:
 
 
 def main(
-    options: ListenOptions, connection: Connection, stop: c_bool, owner: str, parent: int, start_pause: float = 0.0
+    options: ListenOptions,
+    connection: Connection,
+    stop: c_bool,
+    progress: Progress,
+    owner: str,
+    parent: int,
+    start_pause: float = 0.0,
 ) -> None:
     """Entry point of a spawned handler process; it loads the handlers
     ``start_pause`` seconds after it starts (the pool's pause after
@@ -207,7 +235,7 @@ def main(
     time.sleep(start_pause)
     _one_write_per_line()
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
-    runner = Runner(options, owner, stop)
+    runner = Runner(options, owner, stop, progress)
     connection.send([])  # an empty report: ready
     reporter = Reporter(connection)
     try:

@@ -10,24 +10,29 @@ process that has the embedded engine loaded hangs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
 import time
 from collections import deque
-from ctypes import c_bool
+from ctypes import c_bool, c_longlong
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
 from subscriptions.db.retry import Backoff
 
 from . import handler_process
 from .claimed import Claimed
 from .claims import Stream
-from .handler_process import Job, Report
+from .handler_process import JOB, RETURNED, STARTED, Job, Report
 from .options import ListenOptions
 from .recovery import exit_reason
+
+if TYPE_CHECKING:
+    from .handler_process import Progress
 
 log = logging.getLogger("subs.worker")
 CLOSE_TIMEOUT = 2.0
@@ -46,11 +51,13 @@ class Slot:
 
     process: BaseProcess
     connection: Connection
+    progress: Progress  # how far the process got in its running job (handler_process's Progress)
     ready: bool = False  # the process has loaded its handlers
     queue: deque[tuple[Job, Stream | None]] = field(default_factory=deque)  # with the stream of an ordered job
     reported: int = 0  # the running job's events reported so far, in order
     heard: float = 0.0  # monotonic time of the last report (or of the job's start)
     done: list[int] = field(default_factory=list)  # the running job's handled events
+    handed: int = 0  # jobs handed to the slot: the next one's Job.number
     # Pauses before the next process while processes end before they are ready.
     start_pause: Backoff = field(default_factory=lambda: Backoff(START_PAUSE, START_PAUSE_MAX))
 
@@ -68,6 +75,23 @@ class Slot:
         """The event the process is on now, if it has a job."""
         job = self.job
         return job.events[self.reported] if job and self.reported < len(job.events) else None
+
+    def cut_off(self) -> tuple[list[Claimed], list[Claimed]]:
+        """For a process that is gone, the running job's events it got to
+        without reporting them (handler_process.Progress): those handled (or
+        failed) whose outcome was lost, and those of the call it was in. A
+        process that went between calls went while it decoded the next
+        event, or for no event's sake: that event counts as the call it was
+        in, so that an event that kills its process always uses up its
+        attempts."""
+        job = self.job
+        if job is None:
+            return [], []
+        if self.progress[JOB] != job.number:  # it had not begun the job
+            return [], job.events[self.reported : self.reported + 1]
+        returned = max(self.progress[RETURNED], self.reported)
+        started = max(self.progress[STARTED], returned + 1)
+        return job.events[self.reported : returned], job.events[returned:started]
 
     def next_job(self) -> None:
         """The running job is settled: the process goes on with the next one, if any."""
@@ -90,15 +114,16 @@ class HandlerPool:
 
     def _spawn(self, start_pause: float = 0.0) -> Slot:
         mine, theirs = self.context.Pipe()
+        progress = self.context.RawArray(c_longlong, 3)
         process = self.context.Process(
             target=handler_process.main,
-            args=(self.options, theirs, self.stop, self.owner, os.getpid(), start_pause),
+            args=(self.options, theirs, self.stop, progress, self.owner, os.getpid(), start_pause),
             name="subs-handler",
             daemon=True,
         )
         process.start()
         theirs.close()
-        return Slot(process, mine)
+        return Slot(process, mine, progress)
 
     def open_slots(self) -> list[Slot]:
         """Slots that take another job, one entry per job they take, idle
@@ -128,6 +153,8 @@ class HandlerPool:
         settles the slot's jobs as never started."""
         if not slot.queue:
             slot.reported, slot.heard = 0, time.monotonic()
+        slot.handed += 1
+        job = dataclasses.replace(job, number=slot.handed)
         slot.queue.append((job, stream))
         try:
             slot.connection.send(job)
@@ -191,7 +218,8 @@ class HandlerPool:
                 pause,
             )
         fresh = self._spawn(pause)
-        slot.process, slot.connection, slot.ready = fresh.process, fresh.connection, False
+        slot.process, slot.connection, slot.progress = fresh.process, fresh.connection, fresh.progress
+        slot.ready = False
         slot.queue.clear()
         slot.reported, slot.done = 0, []
 
