@@ -412,20 +412,11 @@ SET LAST_ERROR = ?,
 WHERE EVENT_ID = ?;
 
 -- name: count_attempts
--- Events of IDS that a handler process handled (or failed) before it died
--- without reporting them: the attempt happened, so it counts; they are
--- pending again once their claim is given back.
-EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
-AS
-DECLARE ID BIGINT;
-BEGIN
-    IDS = IDS || ',';
-    WHILE (CHAR_LENGTH(IDS) > 1) DO
-    BEGIN
-        {{next_id}};
-        UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = :ID;
-    END
-END;
+-- Events that a handler process handled (or failed) before it died without
+-- reporting them: the attempt happened, so it counts; they are pending
+-- again once their claim is given back. At most one job's events, and only
+-- when a process dies: bound one by one.
+UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID IN (?, ...);
 
 -- name: release_lease
 -- The ordered batch of a stream (table, tag) is settled: its events that

@@ -348,12 +348,8 @@ class Claimer:
         handler process that died before it reported them: they come again
         once their claim is given back, as their next attempt."""
         ids = _sorted_ids(event_ids)
-
-        def work(cursor: Cursor) -> None:
-            for chunk in _id_lists(ids):
-                cursor.execute(self._sql["count_attempts"], (chunk,))
-
-        self._run(work)
+        statement = sql.with_parameters(self._sql["count_attempts"], len(ids))
+        self._run(lambda cursor: cursor.execute(statement, ids))
 
     def extend(self) -> int:
         """Renew every lease we hold, spans and streams (the heartbeat);
