@@ -148,10 +148,11 @@ def test_rebuild_gives_way_to_an_open_writer_and_leaves_the_index_usable(items, 
         assert housekeeping.queue_index_usable(db)
 
 
-def lose_the_claim_index(settings) -> None:
+def lose_the_claim_index(settings, *, check: bool = True) -> None:
     """Leave the claim index as a rebuild refused at its commit did before
     the rebuild held the table: active in the catalogue, gone from the table
-    (docs/FIREBIRD-BUGS.md)."""
+    (docs/FIREBIRD-BUGS.md). ``check`` it is gone: not while a listener
+    that may rebuild it at once runs."""
     statements = sql.load("housekeeping")
     with Database(settings) as writer, Database(settings) as db:
         writer.connection.begin()
@@ -161,8 +162,9 @@ def lose_the_claim_index(settings) -> None:
                 cursor.execute(statements["deactivate_queue_index"])
                 cursor.execute(statements["activate_queue_index"])
         writer.connection.rollback()
-        assert not housekeeping.queue_index_usable(db)
-    assert query(settings, index_is_active()) == [(0,)]
+        if check:
+            assert not housekeeping.queue_index_usable(db)
+            assert query(settings, index_is_active()) == [(0,)]
 
 
 def test_a_lost_claim_index_is_rebuilt_whatever_the_length_of_the_log(items, caplog):
@@ -195,7 +197,7 @@ def test_the_listener_rebuilds_a_lost_claim_index(items, tmp_path, monkeypatch, 
     caplog.set_level(logging.INFO, "subs.housekeeping")
 
     def drive(supervisor, record) -> None:
-        lose_the_claim_index(items)
+        lose_the_claim_index(items, check=False)
         deadline = time.monotonic() + 60
         while "rebuilt it" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.05)
