@@ -4,6 +4,7 @@ retries and dead events, crashes, leases, graceful stop, reconnects."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError
 
@@ -547,19 +549,35 @@ def test_hanging_event_registration_falls_back_to_polling(items, tmp_path, liste
     assert "exited" not in listener.output(), "the worker was not replaced: it kept going"
 
 
-def test_the_start_up_check_only_reads(items):
+def test_the_start_up_check_only_reads(items, caplog):
     """`listen` checks the setup without writing (with --detach it runs in a
     child before the fork); start-up housekeeping happens once, in prepare."""
     from subscriptions.delivery import startup
     from subscriptions.delivery.options import ListenOptions
 
-    execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
+    insert(items, 1, 2)
+    for purged in (0, 0, 999):  # on either side of the live subscription's events
+        execute(items, f"INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES ({purged}, 'of a purged subscription')")
     options = ListenOptions(settings=items)
     before = state(items)
     startup.check(options)
     assert state(items) == before
-    startup.prepare(options)
-    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = 999") == [(0,)]
+    with caplog.at_level(logging.INFO, logger="subs.listener"):
+        startup.prepare(options)
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID IN (0, 999)") == [(0,)]
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(2,)]
+    assert "deleted 3 event(s) of purged subscriptions" in caplog.text
+
+
+def test_the_start_up_sweep_for_orphans_probes_the_claim_index(items):
+    """It runs at every listener start, however long the log is."""
+    with Database(items) as db, db.transaction() as cursor:
+        statement = cursor.prepare(sql.load("claims")["delete_orphans"])
+        try:
+            plan = statement.plan
+        finally:
+            statement.free()
+    assert "EVENT_LOG ORDER IX_EVENT_LOG_QUEUE" in plan and "EVENT_LOG NATURAL" not in plan, plan
 
 
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])

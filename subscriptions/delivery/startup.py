@@ -80,7 +80,7 @@ def prepare(options: ListenOptions) -> None:
     with Database(options.settings) as db:
         with db.transaction() as cursor:
             cursor.execute(sql.load("claims")["delete_orphans"])
-            orphans = cursor.affected_rows
+            (orphans,) = cursor.fetchone()
         reaper.reap(db)  # the workers of a listener that was killed
         rebuild_claim_index(db)
         targets = load_targets(db)
