@@ -122,8 +122,7 @@ def _settings(tag: str, table: Mapping[str, Any]) -> Settings:
 def subject_for(event: Event, template: str) -> str:
     """The event's subject: ``template`` over its fields, each made a valid
     part of a subject (an empty one becomes ``_``)."""
-    fields = event.as_dict()
-    tokens = {name: _NOT_IN_TOKEN.sub("_", _text(fields[name])) or "_" for name in _fields_in(template)}
+    tokens = {name: _NOT_IN_TOKEN.sub("_", _text(getattr(event, name))) or "_" for name in _fields_in(template)}
     return template.format(**tokens)
 
 

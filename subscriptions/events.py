@@ -69,8 +69,14 @@ def dumps(value: Any, indent: int | None = None) -> str:
     ``_json_default``. Floats are numbers in their shortest exact form, but
     NaN and the infinities, which JSON has no number for, are the strings
     ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, as a Decimal's are
-    (Python's own tokens for them would break other parsers)."""
-    return json.dumps(_spelled_out(value), default=_json_default, ensure_ascii=False, allow_nan=False, indent=indent)
+    (Python's own tokens for them would break other parsers). Values are
+    walked for those only when the encoder meets one: the walk cost more
+    than the encoding (relays encode every event)."""
+    encoder = _COMPACT if indent is None else _encoder(indent)
+    try:
+        return encoder.encode(value)
+    except ValueError:  # a float JSON has no number for
+        return encoder.encode(_spelled_out(value))
 
 
 def _spelled_out(value: Any) -> Any:
@@ -101,3 +107,10 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def _encoder(indent: int | None) -> json.JSONEncoder:
+    return json.JSONEncoder(default=_json_default, ensure_ascii=False, allow_nan=False, indent=indent)
+
+
+_COMPACT = _encoder(None)
