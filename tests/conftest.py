@@ -5,6 +5,7 @@ Firebird 3 server started on 127.0.0.1."""
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import tempfile
 import time
@@ -81,6 +82,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "alone: no other test runs meanwhile (the test restarts the Firebird 3 server, "
         "or its time bounds assume a machine not busy with other tests)",
     )
+    if not hasattr(config, "workerinput") and "FIREBIRD_LOCK" not in os.environ:
+        # The embedded engine's lock and shared-memory files (6 MB per
+        # database) outlive a SIGKILLed last process, and many tests kill
+        # listeners: in /tmp/firebird they grew to 4.4 GB in a day of runs.
+        # The test processes (and pytest-xdist workers) inherit this directory;
+        # the Firebird 3 server keeps its own (fb3server drops FIREBIRD_*).
+        lock_dir = tempfile.mkdtemp(prefix="subs-tests-firebird-")
+        os.environ["FIREBIRD_LOCK"] = lock_dir
+        config.add_cleanup(partial(shutil.rmtree, lock_dir, ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)
