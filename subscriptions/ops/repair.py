@@ -33,12 +33,9 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
             for event_id in ids:
                 cursor.execute(statements["retry_id"], (event_id,))
             count = len(ids)
-        elif tag is not None:
-            cursor.execute(statements["retry_tag"], (check_tag(tag),))
-            count = int(cursor.affected_rows)
         else:
-            cursor.execute(statements["retry_all"])
-            count = int(cursor.affected_rows)
+            cursor.execute(statements["retry_dead"], (None if tag is None else check_tag(tag),))
+            (count,) = cursor.fetchone()
         if count:
             cursor.execute(statements["tags"])
             for (subscribed,) in cursor.fetchall():
@@ -67,8 +64,8 @@ def purge(db: Database, older_than: float) -> tuple[int, int]:
     statements = sql.load("repair")
 
     def work(cursor: Cursor) -> tuple[int, int]:
-        cursor.execute(statements["purge_dead"], (-int(older_than * 1000),))
-        events = cursor.affected_rows
+        cursor.execute(statements["purge_dead"], (int(older_than * 1000),))
+        (events,) = cursor.fetchone()
         cursor.execute(statements["purge_removed_subscriptions"])
         subscriptions = cursor.affected_rows
         cursor.execute(statements["purge_orphan_leases"])

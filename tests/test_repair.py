@@ -1,0 +1,56 @@
+"""subs retry and subs purge against real engines: which dead events they
+touch, and that they find them on the claim index."""
+
+from __future__ import annotations
+
+import pytest
+
+from subscriptions.db import sql
+from subscriptions.db.connection import Database
+
+from conftest import Subs, execute, query
+
+DEAD = "SELECT l.EVENT_ID FROM EVENT_LOG l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID WHERE l.DEAD AND s.TAG = ?"
+
+
+def kill_all(settings, age_minutes: int = 0) -> None:
+    """Every event dead, as the listener leaves one after --max-attempts."""
+    execute(
+        settings,
+        f"UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = DATEADD(-{age_minutes} MINUTE TO LOCALTIMESTAMP), "
+        "ATTEMPTS = 5, LAST_ERROR = 'gave up'",
+    )
+
+
+def test_retry_by_tag_and_all_and_purge_by_age(items):
+    subs = Subs(items)
+    subs.ok("add", "items", "IU", "mail")
+    execute(items, *(f"INSERT INTO ITEMS VALUES ({key}, 'x')" for key in range(1, 4)), "UPDATE ITEMS SET NOTE = 'y'")
+    kill_all(items)
+    # Tag rec (the fixture's, IUD) and tag mail (IU): 6 events each.
+    assert "re-queued 6 dead event(s)" in subs.ok("retry", "--tag", "mail")
+    assert query(items, DEAD, ("mail",)) == []
+    assert len(query(items, DEAD, ("rec",))) == 6
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE ATTEMPTS = 0 AND LAST_ERROR IS NULL") == [(6,)]
+    assert "re-queued 0 dead event(s)" in subs.ok("retry", "--tag", "nobody")
+    assert "re-queued 6 dead event(s)" in subs.ok("retry", "--all")
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD OR DEAD_AT IS NOT NULL") == [(0,)]
+
+    kill_all(items, age_minutes=90)
+    execute(items, "UPDATE EVENT_LOG SET DEAD_AT = LOCALTIMESTAMP WHERE MOD(EVENT_ID, 3) = 0")
+    assert "deleted 8 dead event(s)" in subs.ok("purge", "--older-than", "1h")
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(4,)]
+    assert "deleted 4 dead event(s)" in subs.ok("purge", "--older-than", "0s")
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(0,)]
+
+
+@pytest.mark.parametrize(("file", "block"), [("repair", "retry_dead"), ("repair", "purge_dead")])
+def test_retries_and_purges_walk_the_claim_index(items, file: str, block: str) -> None:
+    """A log of a million events is not read whole to find its dead ones."""
+    with Database(items) as db, db.transaction() as cursor:
+        statement = cursor.prepare(sql.load(file)[block])
+        try:
+            plan = statement.plan
+        finally:
+            statement.free()
+    assert "EVENT_LOG INDEX (IX_EVENT_LOG_QUEUE)" in plan and "EVENT_LOG NATURAL" not in plan, plan
