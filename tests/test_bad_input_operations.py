@@ -50,6 +50,8 @@ CASES = {
     "retry id beyond a BIGINT": (["retry", "9223372036854775808"], "not in the range 1<=x<=9223372036854775807", USAGE),
     "retry of nothing": (["retry"], "say which dead events to retry", 1),
     "purge with a bad age": (["purge", "--older-than", "soon"], "soon", 1),
+    "purge with an age past any timestamp": (["purge", "--older-than", "999999999d"], "more than 36500d", 1),
+    "purge with an age past a BIGINT": (["purge", "--older-than", "99999999999999999999d"], "more than 36500d", 1),
     "purge without age": (["purge"], "Missing option '--older-than'", USAGE),
     "status watching every 0s": (["status", "--watch", "0"], "Invalid value for '--watch'", USAGE),
     "unknown command": (["frobnicate"], "No such command 'frobnicate'", USAGE),

@@ -48,6 +48,8 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Today minus a longer age is before the year 1, which no timestamp holds.
+MAX_AGE_DAYS = 36500
 
 
 def parse_age(text: str) -> float:
@@ -55,7 +57,10 @@ def parse_age(text: str) -> float:
     match = _DURATION.match(text.strip())
     if not match:
         raise SubsError(f"age {text!r} is not valid; write a number and a unit s, m, h or d, e.g. 7d")
-    return int(match[1]) * _UNITS[match[2]]
+    seconds = int(match[1]) * _UNITS[match[2]]
+    if seconds > MAX_AGE_DAYS * _UNITS["d"]:
+        raise SubsError(f"age {text!r} is more than {MAX_AGE_DAYS}d (100 years); give a shorter one")
+    return seconds
 
 
 def purge(db: Database, older_than: float) -> tuple[int, int]:
