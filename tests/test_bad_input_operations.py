@@ -23,6 +23,18 @@ CASES = {
     "no workers": (["listen", "--workers", "0"], "Invalid value for '--workers'", USAGE),
     "negative lease": (["listen", "--lease", "-5"], "Invalid value for '--lease'", USAGE),
     "zero batch": (["listen", "--batch", "0"], "Invalid value for '--batch'", USAGE),
+    # Past these bounds the claimer crash-looped (lease, batch) or the listener
+    # started processes without end (workers).
+    "lease past a day": (["listen", "--lease", "1e300"], "Invalid value for '--lease'", USAGE),
+    "batch past its bound": (["listen", "--batch", "99999999999999999999"], "number from 1 to 10000", USAGE),
+    "workers past their bound": (["listen", "--workers", "99999999999"], "Invalid value for '--workers'", USAGE),
+    "attempts past their bound": (
+        ["listen", "--max-attempts", "1" + "0" * 20],
+        "Invalid value for '--max-attempts'",
+        USAGE,
+    ),
+    "backoff past a day": (["listen", "--backoff-max", "1e300"], "Invalid value for '--backoff-max'", USAGE),
+    "status watching past a day": (["status", "--watch", "1e300"], "Invalid value for '--watch'", USAGE),
     "batch neither auto nor a number": (["listen", "--batch", "many"], "'many' is neither 'auto'", USAGE),
     "zero poll": (["listen", "--poll", "0"], "Invalid value for '--poll'", USAGE),
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),

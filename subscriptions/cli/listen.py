@@ -24,20 +24,26 @@ from subscriptions.ops.status import read_status
 from subscriptions.ops.text_table import render
 from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
 
-from . import app, cli
+from . import MAX_SECONDS, app, cli
 
 PLUGINS_ENV = "SUBS_PLUGINS"
-_POSITIVE = click.FloatRange(min=0, min_open=True)
+# Upper bounds, as MAX_SECONDS: a batch past an INTEGER crash-looped the
+# claimer, and every worker is a process.
+MAX_BATCH = 10_000
+MAX_WORKERS = 256
+MAX_ATTEMPTS = 1_000_000
+_SECONDS = click.FloatRange(min=0, max=MAX_SECONDS)
+_POSITIVE = click.FloatRange(min=0, min_open=True, max=MAX_SECONDS)
 AUTO = "auto"
 
 
 def _batch_size(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
-    """``auto`` (None: sized by handler times) or a whole number >= 1."""
+    """``auto`` (None: sized by handler times) or a whole number from 1 to MAX_BATCH."""
     if value == AUTO:
         return None
     size = int(value) if value.isdigit() else 0
-    if size < 1:
-        raise click.BadParameter(f"{value!r} is neither '{AUTO}' nor a whole number >= 1", ctx, param)
+    if not 1 <= size <= MAX_BATCH:
+        raise click.BadParameter(f"{value!r} is neither '{AUTO}' nor a whole number from 1 to {MAX_BATCH}", ctx, param)
     return size
 
 
@@ -72,7 +78,9 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     help="ordered: each stream's events (a table's subscriptions of one tag) strictly in log order; "
     "parallel: any order.",
 )
-@click.option("--workers", type=click.IntRange(min=1), help="Handler processes [default: 1 ordered, 4 parallel].")
+@click.option(
+    "--workers", type=click.IntRange(1, MAX_WORKERS), help="Handler processes [default: 1 ordered, 4 parallel]."
+)
 @click.option(
     "--key-order", is_flag=True, help="With --mode parallel: events of one row (table, tag, primary key) in log order."
 )
@@ -115,20 +123,20 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=_SECONDS,
     default=30.0,
     show_default=True,
     help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=10, show_default=True)
 @click.option(
     "--backoff-min",
-    type=click.FloatRange(min=0),
+    type=_SECONDS,
     default=1.0,
     show_default=True,
     help="Seconds before the first retry; doubles per attempt, with jitter.",
 )
-@click.option("--backoff-max", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@click.option("--backoff-max", type=_SECONDS, default=300.0, show_default=True)
 @click.option(
     "--on-failure",
     type=click.Choice([DEAD, BLOCK]),

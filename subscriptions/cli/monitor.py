@@ -11,7 +11,7 @@ from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import app, cli, open_database
+from . import MAX_SECONDS, app, cli, open_database
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
@@ -68,7 +68,9 @@ def _check(ctx: click.Context) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--watch", type=click.FloatRange(min=0.5), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C.")
+@click.option(
+    "--watch", type=click.FloatRange(0.5, MAX_SECONDS), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C."
+)
 @click.option(
     "--check",
     is_flag=True,
