@@ -119,7 +119,7 @@ def _describe(exc: Exception) -> str:
 
 def _server(tag: str, settings: Mapping[str, Any]) -> tuple[str, int, float, bool]:
     host = str(settings.get("host", "localhost"))
-    port = positive_setting(tag, settings, "port", 25, int)
+    port = positive_setting(tag, settings, "port", 25, int, maximum=65535)
     timeout = positive_setting(tag, settings, "timeout", 10)
     return host, port, timeout, _flag(tag, settings, "starttls")
 

@@ -15,6 +15,10 @@ from typing import Any
 from subscriptions.errors import SubsError
 
 CONFIG_ENV = "SUBS_CONFIG"
+# The longest time in seconds a setting or option may name: longer ones only
+# break later (a lease or a retry time past the last timestamp crash-looped
+# the claimer; a socket refuses such a timeout), and none is useful.
+MAX_SECONDS = 86_400.0
 DEFAULT_CONFIG = "subs.toml"
 _ENV_OVERRIDE = re.compile(r"^SUBS__(?P<tag>[A-Z0-9_.-]+)__(?P<key>[A-Z0-9_]+)$")
 
@@ -84,12 +88,17 @@ def tables_using(handler: str, config: Mapping[str, Mapping[str, Any]]) -> dict[
     return {tag: table for tag, table in config.items() if tag == handler or table.get("use") == handler}
 
 
-def positive_setting(tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type = float) -> Any:
-    """A positive int or float handler setting (environment overrides arrive as strings)."""
+def positive_setting(
+    tag: str, settings: Mapping[str, Any], key: str, default: float, kind: type = float, maximum: float = MAX_SECONDS
+) -> Any:
+    """A positive int or float handler setting up to ``maximum`` (environment
+    overrides arrive as strings)."""
     try:
         value = kind(settings.get(key, default))
     except (TypeError, ValueError):
         value = 0
-    if not value > 0:
-        raise SubsError(f"[handlers.{tag}] {key} must be a positive number, not {settings.get(key)!r}")
+    if not 0 < value <= maximum:
+        raise SubsError(
+            f"[handlers.{tag}] {key} must be a positive number up to {maximum:g}, not {settings.get(key)!r}"
+        )
     return value

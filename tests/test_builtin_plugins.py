@@ -358,6 +358,9 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
         ({"send_email": {"from": "s@x", "to": "a@x", "port": "25x"}}, "port must be a positive number"),
         ({"exec": {"command": []}}, "handler 'exec' has no command"),
         ({"exec": {"command": "x", "timeout": -1}}, "timeout must be a positive number"),
+        ({"exec": {"command": "x", "timeout": 1e300}}, "timeout must be a positive number up to 86400, not 1e+300"),
+        ({"webhook": {"url": "http://x", "timeout": "nan"}}, "timeout must be a positive number up to 86400"),
+        ({"send_email": {"from": "s@x", "to": "a@x", "port": 70000}}, "port must be a positive number up to 65535"),
     ],
 )
 def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragment: str) -> None:

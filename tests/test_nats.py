@@ -111,6 +111,7 @@ def test_an_unreachable_server_is_a_failed_attempt(server: NatsServer) -> None:
         ({"url": "nats://x", "user": "u", "token": "t"}, "both user and token"),
         ({"url": "nats://x", "subject": "subs.{nope}"}, "not a valid template"),
         ({"url": "nats://x", "timeout": "0"}, "timeout must be a positive number"),
+        ({"url": "nats://x", "timeout": "inf"}, "timeout must be a positive number up to 86400"),
     ],
 )
 def test_settings_are_checked_when_loading(settings: dict[str, Any], fragment: str) -> None:

@@ -67,12 +67,6 @@ class SubsGroup(click.Group):
             raise click.ClickException(f"database error: {first_line(exc)}") from None
 
 
-# The longest time in seconds an option may name: longer ones only break
-# later (a lease or a retry time past the last timestamp crash-looped the
-# claimer), and none is useful.
-MAX_SECONDS = 86_400.0
-
-
 @dataclass(frozen=True)
 class App:
     """What the global options resolved to."""

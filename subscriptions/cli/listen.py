@@ -12,6 +12,7 @@ import sys
 import click
 
 from subscriptions import logs
+from subscriptions.config import MAX_SECONDS
 from subscriptions.delivery import startup
 from subscriptions.delivery.metrics import OUTCOMES, Metrics
 from subscriptions.delivery.metrics_server import serve
@@ -24,7 +25,7 @@ from subscriptions.ops.status import read_status
 from subscriptions.ops.text_table import render
 from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
 
-from . import MAX_SECONDS, app, cli
+from . import app, cli
 
 PLUGINS_ENV = "SUBS_PLUGINS"
 # Upper bounds, as MAX_SECONDS: a batch past an INTEGER crash-looped the

@@ -6,12 +6,13 @@ import time
 
 import click
 
+from subscriptions.config import MAX_SECONDS
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import MAX_SECONDS, app, cli, open_database
+from . import app, cli, open_database
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
