@@ -206,6 +206,10 @@ def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
         assert rec.password not in unit
     refused = subs(rec, tmp_path, "systemd-unit", "--password", "x")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    for bad, said in ((["--workers", "0"], "Invalid value for '--workers'"), (["--frobnicate"], "No such option")):
+        refused = subs(rec, tmp_path, "systemd-unit", *bad)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert len(refused.stderr.strip().splitlines()) == 1 and said in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)

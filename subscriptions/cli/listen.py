@@ -293,6 +293,8 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    # The listener's options are checked now, not when systemd starts it.
+    listen.make_context("listen", list(listen_args), parent=ctx.parent)
     click.echo(text, nl=False)
 
 
