@@ -56,6 +56,7 @@ CASES = {
     "plugin failing to import": (["listen", "--plugin", "{tmp}/broken.py"], "failed to import", 1),
     "plugin raising at import": (["listen", "--plugin", "{tmp}/raising.py"], "plugin says no", 1),
     "tag without handler": (["listen", "--tag", "nobody"], "no handler for tag(s) nobody", 1),
+    "empty tag": (["listen", "--tag", ""], "tag '' is not valid", 1),
     "tag carrying SQL": (["retry", "--tag", "x';DELETE FROM EVENT_LOG;--"], "is not valid", 1),
     "retry unknown id": (["retry", "424242"], "no dead event with id 424242", 1),
     "retry not a number": (["retry", "one"], "'one' is not a valid integer", USAGE),

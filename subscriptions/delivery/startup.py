@@ -17,6 +17,7 @@ import sys
 import pluggy
 from firebird.driver import DatabaseError
 
+from subscriptions.capture.names import check_tag
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
@@ -34,6 +35,8 @@ log = logging.getLogger("subs.listener")
 
 def load_handlers(options: ListenOptions, manager: pluggy.PluginManager | None = None) -> dict[str, Handler]:
     """The handlers by tag; refuses --tag values no plugin handles."""
+    for tag in options.tags:
+        check_tag(tag)
     handlers = collect_handlers(manager or plugin_manager(options.plugins), options.handler_config)
     missing = [tag for tag in options.tags if tag not in handlers]
     if missing:
