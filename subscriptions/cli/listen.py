@@ -28,8 +28,8 @@ from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
 from . import app, cli
 
 PLUGINS_ENV = "SUBS_PLUGINS"
-# Upper bounds, as MAX_SECONDS: a batch past an INTEGER crash-looped the
-# claimer, and every worker is a process.
+# Upper bounds on the listener's sizes (on its times: MAX_SECONDS): a batch
+# past an INTEGER crash-looped the claimer, and each worker is a process.
 MAX_BATCH = 10_000
 MAX_WORKERS = 256
 MAX_ATTEMPTS = 1_000_000

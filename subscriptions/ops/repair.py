@@ -48,7 +48,7 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# Today minus a longer age is before the year 1, which no timestamp holds.
+# A longer age purges nothing more (and 2,000 years back is before any timestamp).
 MAX_AGE_DAYS = 36500
 
 
