@@ -13,8 +13,9 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb
-from subscriptions.delivery import housekeeping, reaper, stats
+from subscriptions.delivery import housekeeping, reaper, startup, stats
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
+from subscriptions.ops import repair
 
 from conftest import execute, query, queue_index_segments
 from listening import insert, supervise
@@ -275,3 +276,35 @@ def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
         stop.set()
         rebuilder.join()
     assert rebuilds >= 10 and handled >= 100, (rebuilds, handled)
+
+
+def test_the_start_up_sweep_retry_and_purge_go_on_while_another_listener_rebuilds_the_index(items):
+    """They walk the claim index too. A benchmark starting two listeners at
+    once failed one's start-up: "index unexpectedly deleted" in the sweep for
+    events of purged subscriptions, while the other rebuilt the index."""
+    insert(items, 1, 2_000)
+    stop = threading.Event()
+    rebuilds = 0
+
+    def rebuild_again_and_again() -> None:
+        nonlocal rebuilds
+        with Database(items) as other:
+            while not stop.wait(0.01):
+                rebuilds += housekeeping.rebuild_queue_index(other, max_live=10_000)
+
+    rebuilder = threading.Thread(target=rebuild_again_and_again)
+    rebuilder.start()
+    sweeps = 0
+    try:
+        with Database(items) as db:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
+                assert startup.delete_orphans(db) == 1
+                repair.retry(db, everything=True)
+                repair.purge(db, 3600)
+                sweeps += 1
+    finally:
+        stop.set()
+        rebuilder.join()
+    assert rebuilds >= 10 and sweeps >= 10, (rebuilds, sweeps)

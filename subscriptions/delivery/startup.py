@@ -15,7 +15,7 @@ import pickle
 import sys
 
 import pluggy
-from firebird.driver import DatabaseError
+from firebird.driver import Cursor, DatabaseError
 
 from subscriptions.capture.names import check_tag
 from subscriptions.db import sql
@@ -77,13 +77,24 @@ def rebuild_claim_index(db: Database) -> bool:
         return False
 
 
+def delete_orphans(db: Database) -> int:
+    """Delete the events of purged subscriptions (sql/claims.sql). The sweep
+    walks the claim index, so another listener rebuilding it meanwhile is a
+    conflict: the sweep runs again."""
+
+    def work(cursor: Cursor) -> int:
+        cursor.execute(sql.load("claims")["delete_orphans"])
+        (deleted,) = cursor.fetchone()
+        return int(deleted)
+
+    return db.run(work)
+
+
 def prepare(options: ListenOptions) -> None:
     """Start-up housekeeping, and the log lines saying what will be served."""
     handlers = load_handlers(options)
     with Database(options.settings) as db:
-        with db.transaction() as cursor:
-            cursor.execute(sql.load("claims")["delete_orphans"])
-            (orphans,) = cursor.fetchone()
+        orphans = delete_orphans(db)
         reaper.reap(db)  # the workers of a listener that was killed
         rebuild_claim_index(db)
         targets = load_targets(db)
