@@ -32,6 +32,12 @@ def figures(data: dict, workload: str, engine: str) -> dict[tuple[str, str], dic
     return {(r["case"], r["metric"]): r for r in data["results"] if r["workload"] == workload and r["engine"] == engine}
 
 
+# Besides percentages (W6's memory growth), W11's extra time per column may be
+# negative: a difference of two timings, which noise made -0.55 us for
+# VARCHAR(40) in a quick run in CI.
+SIGNED = {"capture per column"}
+
+
 def check_sane(data: dict, workloads: tuple[str, ...], engine: str) -> None:
     assert data["failures"] == []
     for workload in workloads:
@@ -40,7 +46,7 @@ def check_sane(data: dict, workloads: tuple[str, ...], engine: str) -> None:
         for (case, metric), row in found.items():
             for value in (row["median"], row["min"], row["max"], *row["values"]):
                 assert math.isfinite(value), (workload, case, metric, value)
-                if row["unit"] != "%":
+                if row["unit"] != "%" and metric not in SIGNED:
                     assert value >= 0, (workload, case, metric, value)
             assert row["n"] == len(row["values"]) >= 1
     verdicts = [g for g in data["goals"] if g["engine"] == engine]
