@@ -13,6 +13,7 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb
+from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import housekeeping, reaper, startup, stats
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 from subscriptions.ops import repair
@@ -234,6 +235,32 @@ def test_the_listener_rebuilds_after_enough_handled_events(items, tmp_path, monk
     assert query(items, index_is_active()) == [(0,)]
 
 
+class AnotherListenerRebuilding:
+    """Another attachment rebuilding the claim index every ``every`` seconds
+    while the ``with`` block runs (a listener does it once per 50,000
+    events); ``rebuilds`` counts them."""
+
+    def __init__(self, settings: ConnectionSettings, every: float) -> None:
+        self.settings = settings
+        self.every = every
+        self.rebuilds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._rebuild_again_and_again)
+
+    def _rebuild_again_and_again(self) -> None:
+        with Database(self.settings) as other:
+            while not self._stop.wait(self.every):
+                self.rebuilds += housekeeping.rebuild_queue_index(other, max_live=10_000)
+
+    def __enter__(self) -> AnotherListenerRebuilding:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
     """A statement walking the index while another attachment rebuilds it
     fails with "index unexpectedly deleted"; in a benchmark with two
@@ -244,38 +271,22 @@ def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
     On Firebird 3 a statement that names the index in its plan fails to
     prepare during a rebuild ("there is no index"): the same conflict."""
     insert(items, 1, 2_000)
-    stop = threading.Event()
-    rebuilds = 0
-
-    def rebuild_again_and_again() -> None:
-        nonlocal rebuilds
-        with Database(items) as other:
-            while not stop.wait(0.02):  # a listener rebuilds once per 50,000 events
-                rebuilds += housekeeping.rebuild_queue_index(other, max_live=10_000)
-
-    rebuilder = threading.Thread(target=rebuild_again_and_again)
-    rebuilder.start()
     handled = 0
-    try:
-        with Database(items) as db:
-            claimer = Claimer(db, "a:1", 30)
-            targets = {t.sub_id: t for t in load_targets(db)}
+    with Database(items) as db:
+        claimer = Claimer(db, "a:1", 30)
+        targets = {t.sub_id: t for t in load_targets(db)}
+        with AnotherListenerRebuilding(items, every=0.02) as other:
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 claimer.ready()
                 events = claimer.claim(targets, 20)
                 handled += claimer.ack([e.id for e in events[:10]], {e.span for e in events})
-            stop.set()
-            rebuilder.join()
-            insert(items, 10_001, 10)
-            conflicts = claimer.conflicts
-            claimer.ready()
-            events = claimer.claim(targets, 10)
-            assert len(events) == 10 and claimer.conflicts == conflicts, "statements prepared before a rebuild"
-    finally:
-        stop.set()
-        rebuilder.join()
-    assert rebuilds >= 10 and handled >= 100, (rebuilds, handled)
+        insert(items, 10_001, 10)
+        conflicts = claimer.conflicts
+        claimer.ready()
+        events = claimer.claim(targets, 10)
+        assert len(events) == 10 and claimer.conflicts == conflicts, "statements prepared before a rebuild"
+    assert other.rebuilds >= 10 and handled >= 100, (other.rebuilds, handled)
 
 
 def test_the_start_up_sweep_retry_and_purge_go_on_while_another_listener_rebuilds_the_index(items):
@@ -283,28 +294,13 @@ def test_the_start_up_sweep_retry_and_purge_go_on_while_another_listener_rebuild
     once failed one's start-up: "index unexpectedly deleted" in the sweep for
     events of purged subscriptions, while the other rebuilt the index."""
     insert(items, 1, 2_000)
-    stop = threading.Event()
-    rebuilds = 0
-
-    def rebuild_again_and_again() -> None:
-        nonlocal rebuilds
-        with Database(items) as other:
-            while not stop.wait(0.01):
-                rebuilds += housekeeping.rebuild_queue_index(other, max_live=10_000)
-
-    rebuilder = threading.Thread(target=rebuild_again_and_again)
-    rebuilder.start()
     sweeps = 0
-    try:
-        with Database(items) as db:
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
-                assert startup.delete_orphans(db) == 1
-                repair.retry(db, everything=True)
-                repair.purge(db, 3600)
-                sweeps += 1
-    finally:
-        stop.set()
-        rebuilder.join()
-    assert rebuilds >= 10 and sweeps >= 10, (rebuilds, sweeps)
+    with Database(items) as db, AnotherListenerRebuilding(items, every=0.01) as other:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
+            assert startup.delete_orphans(db) == 1
+            repair.retry(db, everything=True)
+            repair.purge(db, 3600)
+            sweeps += 1
+    assert other.rebuilds >= 10 and sweeps >= 10, (other.rebuilds, sweeps)
