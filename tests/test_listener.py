@@ -407,7 +407,8 @@ def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
     # The kill may cut off event 1's acknowledgement: it is then delivered
     # again (at least once), so count events, not deliveries.
     listener.wait_for(lambda lines: set(handled(lines)) == {1, 2})
-    assert "database connection lost" in listener.output()
+    output = listener.output()
+    assert "database connection lost" in output, output
 
 
 @pytest.mark.alone
