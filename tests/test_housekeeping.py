@@ -5,8 +5,11 @@ behind, without ever leaving it inactive or writers blocked."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from firebird.driver import DatabaseError
@@ -18,8 +21,9 @@ from subscriptions.delivery import housekeeping, reaper, startup, stats
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
 from subscriptions.ops import repair
 
-from conftest import execute, query, queue_index_segments
+from conftest import EngineWedged, execute, query, queue_index_segments
 from listening import insert, supervise
+from soak_chaos import py_spy_dump
 
 HISTORY = """
 EXECUTE BLOCK (SUB INTEGER = ?, N INTEGER = ?) AS
@@ -261,7 +265,48 @@ class AnotherListenerRebuilding:
         self._thread.join()
 
 
-def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
+SCENARIO_TIMEOUT = 120  # seconds; a scenario takes about 5 (3 of work, the child's start-up)
+
+
+def in_a_child(scenario: Callable[[ConnectionSettings], None], settings: ConnectionSettings, tmp_path: Path) -> None:
+    """Run ``scenario(settings)`` in a child process, killed after
+    SCENARIO_TIMEOUT seconds: its walks and the other listener's rebuilds
+    are attachments of one process, where the engine can leave a claim
+    spinning inside it for minutes on end (docs/FIREBIRD-BUGS.md, 7). A
+    wedged child raises EngineWedged with its stacks; its failures fail
+    the test."""
+    child = multiprocessing.get_context("spawn").Process(target=scenario, args=(settings,))
+    child.start()
+    child.join(SCENARIO_TIMEOUT)
+    if child.is_alive():
+        stacks = py_spy_dump(child.pid, tmp_path / "stacks.txt")
+        child.kill()
+        child.join()
+        raise EngineWedged(f"the scenario did not end in {SCENARIO_TIMEOUT} s; its stacks:\n{stacks}")
+    assert child.exitcode == 0, f"the scenario failed (exit code {child.exitcode}); its traceback is in its stderr"
+
+
+def claims_while_rebuilding(settings: ConnectionSettings) -> None:
+    insert(settings, 1, 2_000)
+    handled = 0
+    with Database(settings) as db:
+        claimer = Claimer(db, "a:1", 30)
+        targets = {t.sub_id: t for t in load_targets(db)}
+        with AnotherListenerRebuilding(settings, every=0.02) as other:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                claimer.ready()
+                events = claimer.claim(targets, 20)
+                handled += claimer.ack([e.id for e in events[:10]], {e.span for e in events})
+        insert(settings, 10_001, 10)
+        conflicts = claimer.conflicts
+        claimer.ready()
+        events = claimer.claim(targets, 10)
+        assert len(events) == 10 and claimer.conflicts == conflicts, "statements prepared before a rebuild"
+    assert other.rebuilds >= 10 and handled >= 100, (other.rebuilds, handled)
+
+
+def test_claims_go_on_while_another_listener_rebuilds_the_index(items, tmp_path):
     """A statement walking the index while another attachment rebuilds it
     fails with "index unexpectedly deleted"; in a benchmark with two
     listeners that restarted one's claimer and failed the 400 events it
@@ -270,37 +315,25 @@ def test_claims_go_on_while_another_listener_rebuilds_the_index(items):
     can fail that way for good (then a claimer found nothing, for ever).
     On Firebird 3 a statement that names the index in its plan fails to
     prepare during a rebuild ("there is no index"): the same conflict."""
-    insert(items, 1, 2_000)
-    handled = 0
-    with Database(items) as db:
-        claimer = Claimer(db, "a:1", 30)
-        targets = {t.sub_id: t for t in load_targets(db)}
-        with AnotherListenerRebuilding(items, every=0.02) as other:
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                claimer.ready()
-                events = claimer.claim(targets, 20)
-                handled += claimer.ack([e.id for e in events[:10]], {e.span for e in events})
-        insert(items, 10_001, 10)
-        conflicts = claimer.conflicts
-        claimer.ready()
-        events = claimer.claim(targets, 10)
-        assert len(events) == 10 and claimer.conflicts == conflicts, "statements prepared before a rebuild"
-    assert other.rebuilds >= 10 and handled >= 100, (other.rebuilds, handled)
+    in_a_child(claims_while_rebuilding, items, tmp_path)
 
 
-def test_the_start_up_sweep_retry_and_purge_go_on_while_another_listener_rebuilds_the_index(items):
-    """They walk the claim index too. A benchmark starting two listeners at
-    once failed one's start-up: "index unexpectedly deleted" in the sweep for
-    events of purged subscriptions, while the other rebuilt the index."""
-    insert(items, 1, 2_000)
+def sweeps_while_rebuilding(settings: ConnectionSettings) -> None:
+    insert(settings, 1, 2_000)
     sweeps = 0
-    with Database(items) as db, AnotherListenerRebuilding(items, every=0.01) as other:
+    with Database(settings) as db, AnotherListenerRebuilding(settings, every=0.01) as other:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
-            execute(items, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
+            execute(settings, "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW) VALUES (999, 'of a purged subscription')")
             assert startup.delete_orphans(db) == 1
             repair.retry(db, everything=True)
             repair.purge(db, 3600)
             sweeps += 1
     assert other.rebuilds >= 10 and sweeps >= 10, (other.rebuilds, sweeps)
+
+
+def test_the_start_up_sweep_retry_and_purge_go_on_while_another_listener_rebuilds_the_index(items, tmp_path):
+    """They walk the claim index too. A benchmark starting two listeners at
+    once failed one's start-up: "index unexpectedly deleted" in the sweep for
+    events of purged subscriptions, while the other rebuilt the index."""
+    in_a_child(sweeps_while_rebuilding, items, tmp_path)
