@@ -51,9 +51,9 @@ class EngineWedged(AssertionError):
     """Raised by a test that finds the engine wedged: after a SIGKILL on
     embedded Firebird, every process of the database, the application's side
     included, waits inside the engine for minutes (tests/SOAK-NOTES.md,
-    finding 8); a claim can spin inside it for good while another attachment
-    of its process rebuilds the claim index (docs/FIREBIRD-BUGS.md, 7). subs
-    cannot end that, so the test runs once more."""
+    finding 8); a claim can spin inside it for minutes on end while another
+    attachment of its process rebuilds the claim index (docs/FIREBIRD-BUGS.md,
+    7). subs cannot end that, so the test runs once more."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
