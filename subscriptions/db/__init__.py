@@ -3,7 +3,8 @@
 Lives here: the embedded runtime (``runtime``), DSNs and credentials
 (``settings``), attachments and short transactions (``connection``), the
 named SQL blocks and identifier quoting (``sql``), engine error codes turned
-into messages (``errors``) and the one retry schedule (``retry``).
+into messages (``errors``), the one retry schedule (``retry``) and
+registration for Firebird events (``events``).
 
 May import: ``subscriptions.errors`` only. Everything else imports this.
 """

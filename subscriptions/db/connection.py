@@ -117,7 +117,7 @@ class Database:
             connection.commit()
         except DatabaseError as exc:
             # A rollback on a dead remote attachment can block for ever (seen
-            # on Firebird 3 with an event collector attached); the server has
+            # on Firebird 3 with events registered); the server has
             # already undone the transaction.
             if not is_connection_lost(exc) and connection.main_transaction.is_active():
                 connection.rollback()

@@ -12,10 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from firebird.driver import DatabaseError
-
 from subscriptions.capture.triggers import event_name
 from subscriptions.db.connection import Database
+from subscriptions.db.events import EventWatch
 
 log = logging.getLogger("subs.worker")
 
@@ -25,14 +24,17 @@ _WAIT_SLICE = 0.5
 
 
 class Notifications:
-    """The event collector of one worker, registered for its tags."""
+    """The event watch of one worker, registered for its tags."""
 
     def __init__(self, poll: float, stop: threading.Event) -> None:
         self.poll = poll
         self.stop = stop
-        self._collector = None
+        self._watch: EventWatch | None = None
         self._tags: set[str] = set()
         self._retry_at = 0.0
+        # Registrations that hung: if one ends after all, its watch is kept
+        # here, as the client library may call back into it.
+        self._hung: list[list[EventWatch]] = []
 
     def follow(self, db: Database, tags: set[str]) -> bool:
         """Be registered on ``db`` for ``tags``: (re)register when they changed,
@@ -42,21 +44,21 @@ class Notifications:
         inside the engine until every process detaches. The caller must then
         leave ``db`` alone and go on through a fresh attachment; ``poll`` does
         the waking up until registering is tried again REGISTER_RETRY later."""
-        if tags == self._tags and (self._collector is not None or time.monotonic() < self._retry_at):
+        if tags == self._tags and (self._watch is not None or time.monotonic() < self._retry_at):
             return True
         self.close()
         self._tags = set(tags)
         if not tags:
             return True
-        names, outcome = sorted(event_name(tag) for tag in tags), {}
+        names = sorted(event_name(tag) for tag in tags)
+        watches: list[EventWatch] = []
+        errors: list[BaseException] = []
 
         def begin() -> None:
             try:
-                collector = db.connection.event_collector(names)
-                collector.begin()
-                outcome["collector"] = collector
+                watches.append(EventWatch(db.connection, names))
             except BaseException as exc:  # handed to the worker thread below
-                outcome["error"] = exc
+                errors.append(exc)
 
         registering = threading.Thread(target=begin, name="register-events", daemon=True)
         registering.start()
@@ -70,10 +72,11 @@ class Notifications:
                 REGISTER_RETRY,
             )
             self._retry_at = time.monotonic() + REGISTER_RETRY
+            self._hung.append(watches)
             return False
-        if "error" in outcome:
-            raise outcome["error"]
-        self._collector = outcome["collector"]
+        if errors:
+            raise errors[0]
+        self._watch = watches[0]
         return True
 
     def wait(self, stamp: Callable[[], None], until: float | None = None) -> None:
@@ -83,37 +86,33 @@ class Notifications:
         deadline = min(time.monotonic() + self.poll, until if until is not None else float("inf"))
         while not self.stop.is_set() and time.monotonic() < deadline:
             stamp()
-            if self._collector is None:
+            if self._watch is None:
                 time.sleep(min(_WAIT_SLICE, deadline - time.monotonic()))
                 continue
-            counts = self._collector.wait(min(_WAIT_SLICE, max(deadline - time.monotonic(), 0)))
-            if any(counts.values()):
-                self._collector.flush()
+            if self._take(self._watch.wait(min(_WAIT_SLICE, max(deadline - time.monotonic(), 0)))):
                 return
 
     def arrived(self) -> bool:
         """Whether a notification came since the last wait or look, without waiting."""
-        if self._collector is None:
-            return False
-        if any(self._collector.wait(0).values()):
-            self._collector.flush()
-            return True
-        return False
+        return self._watch is not None and self._take(self._watch.take())
+
+    def _take(self, notified: bool) -> bool:
+        """``notified``, after forgetting a watch the server ended: its
+        attachment is going, which the worker's next statement tells; if
+        it lives on after all, follow() registers afresh."""
+        if notified and self._watch is not None and self._watch.ended:
+            self._watch.abandon()
+            self._watch, self._tags = None, set()
+        return notified
 
     def close(self) -> None:
-        """Close the collector, working around firebird-driver 2.1 raising
-        TypeError when a notification is still queued (it is consumed a moment later)."""
-        collector, self._collector = self._collector, None
-        for _ in range(100):
-            if collector is None or collector.is_closed():
-                return
-            try:
-                collector.close()
-            except TypeError:
-                time.sleep(0.01)
-            except DatabaseError:
-                return  # its attachment is gone, and the notifications with it
+        """Cancel the registration."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
 
     def drop(self) -> None:
-        """Forget the collector without closing it (its attachment is being abandoned)."""
-        self._collector = None
+        """Forget the watch without cancelling it (its attachment is being abandoned)."""
+        if self._watch is not None:
+            self._watch.abandon()
+        self._watch = None

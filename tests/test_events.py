@@ -1,0 +1,82 @@
+"""EventWatch, the listener's registration for Firebird events (POST_EVENT),
+on every engine: each post wakes it once, and a registration the server
+ends is never touched again."""
+
+from __future__ import annotations
+
+import pytest
+from firebird.driver import DatabaseError, fbapi
+
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import is_connection_lost
+from subscriptions.db.events import EventWatch, event_block
+
+from conftest import execute, wait_until
+
+NAMES = [f"subs:tag{number}" for number in range(40)]  # more than the driver's 15 per block
+
+
+def post(settings, name: str) -> None:
+    execute(settings, f"EXECUTE BLOCK AS BEGIN POST_EVENT '{name}'; END")
+
+
+def test_event_block_layout():
+    assert event_block(["ab", "c"]) == b"\x01\x02ab\x00\x00\x00\x00\x01c\x00\x00\x00\x00"
+    for bad in ("", "x" * 256):
+        with pytest.raises(ValueError, match="1 to 255 bytes"):
+            event_block([bad])
+
+
+def test_each_post_wakes_the_watch_once(settings, db):
+    watch = EventWatch(db.connection, NAMES)
+    try:
+        watch.wait(1)  # the first notice may only report the counts the engine has
+        assert not watch.wait(0.3), "woken with nothing posted"
+        for name in NAMES[::13]:
+            post(settings, name)
+            assert watch.wait(10), f"{name} did not wake the watch"
+            assert not watch.take(), f"{name} woke the watch twice"
+        post(settings, "subs:not-watched")
+        assert not watch.wait(0.5), "woken by an event it does not watch"
+    finally:
+        watch.close()
+    post(settings, NAMES[0])
+    assert not watch.ended or watch.take()  # a cancel may end it; then nothing is registered again
+
+
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
+def test_a_registration_the_server_ends_is_left_alone(settings, db, monkeypatch):
+    """Firebird 3 server: once the watched attachment is killed and a call
+    on it has failed, the client library ends the registration (a notice of
+    length 0). The watch wakes its owner and makes no further call into the
+    client library: registering again or cancelling then, while the client
+    library's event thread is still in the callback, aborted the process."""
+    watch = EventWatch(db.connection, NAMES[:3])
+    watch.wait(1)
+    kill(settings, db)
+    wait_until(lambda: watch.ended, 10, "the client library to end the registration")
+
+    calls: list[str] = []
+    for function in ("isc_que_events", "isc_cancel_events"):
+        monkeypatch.setattr(fbapi.api, function, lambda *_, name=function: calls.append(name))
+    assert watch.take(), "the end of the registration did not wake the owner"
+    assert not watch.take()
+    watch.close()
+    assert calls == []
+
+
+def kill(settings, db: Database) -> None:
+    """Kill ``db``'s attachment as an operator would, and wait until a call
+    on it fails (the kill takes effect a moment after its commit)."""
+    execute(settings, "DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID = ?", params=(db.connection.info.id,))
+    with pytest.raises(DatabaseError) as failed:
+        db.connection.begin()
+        db.connection.cursor().execute("SELECT 1 FROM RDB$DATABASE").fetchall()
+    assert is_connection_lost(failed.value), failed.value
+
+
+def test_a_failed_registration_raises_a_database_error(settings, db):
+    kill(settings, db)
+    with pytest.raises(DatabaseError) as failed:
+        EventWatch(db.connection, NAMES[:1])
+    assert is_connection_lost(failed.value), failed.value
