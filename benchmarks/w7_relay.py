@@ -2,12 +2,14 @@
 no-op benchmark handler and once through the built-in ``nats`` relay to a
 real nats-server (tag ``bench_nats`` of the benchmark plugin, which records
 each batch's start and finish), in the same run; the rate is over the span
-from the first handler start to the last finish."""
+from the first handler start to the last finish. Then the relay handler
+alone, in this process: what it costs a handler process per message."""
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 
 from .app import TAG, insert_items, subscribed_items
@@ -22,6 +24,8 @@ RELAY = "nats relay"
 ORDERED = "ordered"
 PARALLEL = "parallel (4 workers)"
 TWO_LISTENERS = "parallel, 2 listeners x 2 workers"
+ALONE = "nats relay alone, in process, batches of 100"
+ALONE_EVENTS = 20_000
 # Case: (listener processes, their options).
 MODES = {
     ORDERED: (1, ()),
@@ -60,8 +64,32 @@ def _span(
     return max(max(h.finished for h in handled) - min(h.started for h in handled), 1) / 1e9
 
 
+def _relay_alone(url: str, events: int, repeat: int) -> float:
+    """Microseconds per message through the relay handler itself, given
+    batches of 100 as claims hand them, with no database or listener (its
+    connecting, a few ms, is in the time)."""
+    from subscriptions.testing import load_handlers, make_event
+
+    handler = load_handlers(config={"nats": {"url": url}})["nats"]
+    batches = []
+    for first in range(1, events + 1, 100):
+        batch = [
+            make_event("nats", table="ITEMS", id=n, pk={"ID": n}, new={"ID": n, "NAME": f"item {n}", "SLEEP_MS": None})
+            for n in range(first, first + 100)
+        ]
+        for event in batch:
+            event.database_id = f"w7-alone-{repeat}"  # a new message id each repeat: none is a duplicate
+        batches.append(batch)
+    started = time.perf_counter()
+    for batch in batches:
+        if any(handler.function(batch)):
+            raise RuntimeError("the relay failed a benchmark event")
+    return (time.perf_counter() - started) / (len(batches) * 100) * 1e6
+
+
 def run(ctx: Context, engine: Engine) -> None:
     rec, events = ctx.recorder, ctx.sizes.w7_events
+    alone_events = min(ALONE_EVENTS, 10 * events)
     with tempfile.TemporaryDirectory(prefix="subs-nats-") as directory:
         server = test_helper("natsserver").NatsServer(Path(directory))
         try:
@@ -77,8 +105,11 @@ def run(ctx: Context, engine: Engine) -> None:
                     rec.add(NAME, engine.name, f"{NOOP}, {label}", "events/s", "ev/s", events / noop, repeat)
                     rec.add(NAME, engine.name, f"{RELAY}, {label}", "events/s", "ev/s", events / relay, repeat)
                     rec.add(NAME, engine.name, f"{RELAY}, {label}", "x no-op", "x", noop / relay, repeat)
+                ctx.progress(f"{NAME} {engine.name} repeat {repeat}/{ctx.repeat}: {ALONE}")
+                per_message = _relay_alone(server.url, alone_events, repeat)
+                rec.add(NAME, engine.name, ALONE, "per message", "µs", per_message, repeat)
             stored = server.jetstream("stream_info", "SUBS").state.messages
-            expected = events * ctx.repeat * len(MODES)
+            expected = (events * len(MODES) + alone_events) * ctx.repeat
             if stored != expected:
                 rec.note(NAME, engine.name, f"the stream holds {stored:,} messages, expected {expected:,}")
         finally:

@@ -21,7 +21,8 @@ event's idempotency key: the database's id and the event id, the same on
 every redelivery, so JetStream drops a redelivery inside its duplicate
 window), ``Subs-Event-Id``, ``Subs-Table``, ``Subs-Action`` and
 ``Subs-Attempt``. An event is delivered only when JetStream acknowledges it
-(PubAck); no acknowledgement in time, no stream for the subject, or a lost
+(PubAck); no acknowledgement in time, JetStream's refusal (a message over
+the stream's size limit, say), no stream for the subject, or a lost
 connection is a failed attempt with that reason. The events of a claim are
 published together and their acknowledgements awaited together (a batch
 handler), over one connection per listener process that reconnects by
@@ -31,14 +32,17 @@ itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
+import json
 import logging
 import math
 import re
 import string
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
@@ -50,13 +54,14 @@ from subscriptions.events import Event
 # loads the built-in plugins, and most never relay.
 if TYPE_CHECKING:
     from nats.aio.client import Client
-    from nats.js.client import JetStreamContext
+    from nats.aio.msg import Msg
 
 log = logging.getLogger("subs.nats")
 T = TypeVar("T")
 
 DEFAULT_SUBJECT = "subs.{table}.{action}"
 DEFAULT_TIMEOUT = 10.0
+NO_RESPONDERS = "503"  # the status of the server's answer when no stream takes the subject
 _NOT_IN_TOKEN = re.compile(r"[.*>\s\x00-\x1f\x7f]")
 _LOGIN_KEYS = ("user", "password", "token", "creds")
 _FIELDS = (
@@ -222,15 +227,58 @@ def _reason(exc: BaseException, subject: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+@dataclass
+class _Acks:
+    """JetStream's answers to one batch's messages, by their index."""
+
+    expected: int
+    answers: dict[int, BaseException | None] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def answer(self, index: int, outcome: BaseException | None) -> None:
+        if index not in self.answers:
+            self.answers[index] = outcome
+            if len(self.answers) == self.expected:
+                self.done.set()
+
+
+def _outcome(msg: Msg) -> BaseException | None:
+    """What an answer to a published message says: None for a PubAck."""
+    import nats.js.errors
+
+    if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+        return nats.js.errors.NoStreamResponseError()
+    try:
+        answer = json.loads(msg.data)
+    except ValueError:
+        return RelayError(f"JetStream's answer is not JSON: {msg.data[:100]!r}")
+    if isinstance(answer, dict) and "error" in answer:
+        try:
+            nats.js.errors.APIError.from_error(answer["error"])  # raises the error it describes
+        except Exception as refused:
+            return refused
+    return None
+
+
 class Relay:
-    """Publishes batches of events for one tag over one connection."""
+    """Publishes batches of events for one tag over one connection.
+
+    Each message carries a reply subject of our own (inbox, batch number,
+    index), answered by JetStream with a PubAck or an error; one
+    subscription per connection takes the answers. nats-py's publish_async
+    would do this, but never settles a message JetStream refuses (its
+    error parser raises instead of returning the error; nats-io/nats.py#985,
+    open in 2.16.0): the batch waited out its timeout and every refusal
+    read "no acknowledgement"."""
 
     def __init__(self, tag: str, settings: Settings, loop: _Loop) -> None:
         self.tag = tag
         self.settings = settings
         self.loop = loop
         self.client: Client | None = None
-        self.context: JetStreamContext | None = None
+        self.inbox = ""
+        self.batch_numbers = itertools.count()
+        self.waiting: dict[int, _Acks] = {}
 
     def publish(self, events: list[Event]) -> list[BaseException | None]:
         """Publish ``events`` and wait for their acknowledgements: one error
@@ -238,47 +286,51 @@ class Relay:
         # The coroutine bounds its own wait; this one only guards the thread.
         return self.loop.run(self._publish(events), timeout=3 * self.settings.timeout + 5)
 
-    async def _jetstream(self) -> JetStreamContext:
-        """The JetStream context of our connection: one per connection, as it
-        subscribes once to the acknowledgements of its publishes."""
+    async def _connection(self) -> tuple[Client, str]:
+        """Our connection and the inbox its answers come to."""
         if self.client is None or self.client.is_closed:
             try:
-                self.client = await _connect(self.settings, self.tag, reconnect=True)
+                client = await _connect(self.settings, self.tag, reconnect=True)
             except Exception as exc:
                 raise RelayError(f"cannot connect to NATS at {self.settings.shown}: {exc}") from None
-            self.context = self.client.jetstream()
-        assert self.context is not None
-        return self.context
+            inbox = client.new_inbox()
+            await client.subscribe(f"{inbox}.>", cb=self._on_answer)
+            self.client, self.inbox = client, inbox
+        return self.client, self.inbox
+
+    async def _on_answer(self, msg: Msg) -> None:
+        number, _, index = msg.subject[len(self.inbox) + 1 :].partition(".")
+        acks = self.waiting.get(int(number))
+        if acks is not None:  # else the answer came after its batch gave up waiting
+            acks.answer(int(index), _outcome(msg))
 
     async def _publish(self, events: list[Event]) -> list[BaseException | None]:
         try:
-            jetstream = await self._jetstream()
+            client, inbox = await self._connection()
         except RelayError as exc:
             return [exc] * len(events)
         subjects = [subject_for(event, self.settings.subject) for event in events]
-        pending: list[asyncio.Future[Any] | BaseException] = []
-        for event, subject in zip(events, subjects):
-            # No wait_stall: publishing then never yields to the loop, so the
-            # batch leaves in a few writes instead of one per message.
-            try:
-                payload = event.to_json().encode("utf-8")
-                pending.append(await jetstream.publish_async(subject, payload, headers=headers_for(event)))
-            except Exception as exc:
-                pending.append(exc)
-        futures = [future for future in pending if isinstance(future, asyncio.Future)]
-        if futures:
-            await asyncio.wait(futures, timeout=self.settings.timeout)
+        number = next(self.batch_numbers)
+        acks = self.waiting[number] = _Acks(len(events))
+        try:
+            for index, (event, subject) in enumerate(zip(events, subjects)):
+                try:
+                    payload, reply = event.to_json().encode("utf-8"), f"{inbox}.{number}.{index}"
+                    await client.publish(subject, payload, reply=reply, headers=headers_for(event))
+                except Exception as exc:
+                    acks.answer(index, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(acks.done.wait(), self.settings.timeout)
+        finally:
+            del self.waiting[number]
         results: list[BaseException | None] = []
-        for outcome, subject in zip(pending, subjects):
-            if isinstance(outcome, BaseException):
-                results.append(RelayError(f"nats {subject}: {_reason(outcome, subject)}"))
-            elif not outcome.done():
-                outcome.cancel()
+        for index, subject in enumerate(subjects):
+            if index not in acks.answers:
                 results.append(
                     RelayError(f"nats {subject}: no acknowledgement from JetStream within {self.settings.timeout:g} s")
                 )
-            elif outcome.exception() is not None:
-                results.append(RelayError(f"nats {subject}: {_reason(outcome.exception(), subject)}"))  # type: ignore[arg-type]
+            elif (outcome := acks.answers[index]) is not None:
+                results.append(RelayError(f"nats {subject}: {_reason(outcome, subject)}"))
             else:
                 results.append(None)
         return results

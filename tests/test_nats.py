@@ -11,6 +11,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -94,6 +95,45 @@ def test_a_batch_is_published_together_and_judged_per_event(stream: NatsServer) 
     assert [error is None for error in errors] == [n % 2 == 1 for n in range(1, 201)]
     assert "no JetStream stream takes subject LOST.I" in str(errors[1])
     assert [int(m.headers["Subs-Event-Id"]) for m in stream.messages("OTHER")] == list(range(1, 201, 2))
+
+
+def test_a_message_jetstream_refuses_is_a_failed_attempt(server: NatsServer) -> None:
+    """Settled by JetStream's answer, with its reason (nats-py's
+    publish_async never settles it: nats-io/nats.py#985)."""
+    server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"], max_msg_size=300))
+    small, large = make_event("nats", id=1), make_event("nats", id=2, new={"NOTE": "x" * 1000})
+    errors = relay(server.url).function([small, large])
+    assert errors[0] is None
+    assert "nats subs.T.I: JetStream refused the message: message size exceeds maximum allowed" in str(errors[1])
+    assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1"]
+
+
+def test_unanswered_messages_fail_and_late_answers_do_not_confuse_the_next_batch(stream: NatsServer) -> None:
+    """A server that stops answering (SIGSTOP) fails the batch after
+    ``timeout``. The next batch is sent while it is still stopped; once it
+    goes on, it answers the first batch's messages, then the second's: the
+    first batch's answers are dropped, and the second is judged by its own
+    (its first message is refused, after a success for the first batch's
+    first message came in)."""
+    handler = relay(stream.url, subject="{table}.{action}", timeout=1)
+    stream.jetstream("add_stream", StreamConfig(name="OTHER", subjects=["T.*"], max_msg_size=300))
+    assert handler.function([make_event("nats", id=1)]) == [None]  # connected, answers subscribed
+    assert stream.process is not None
+    stream.process.send_signal(signal.SIGSTOP)
+    try:
+        errors = handler.function([make_event("nats", id=2), make_event("nats", id=3)])
+        assert [str(error) for error in errors] == ["nats T.I: no acknowledgement from JetStream within 1 s"] * 2
+        with ThreadPoolExecutor(1) as pool:
+            too_large = make_event("nats", id=4, new={"NOTE": "x" * 1000})
+            second = pool.submit(handler.function, [too_large, make_event("nats", id=5)])
+            time.sleep(0.3)
+            stream.process.send_signal(signal.SIGCONT)
+            errors = second.result()
+    finally:
+        stream.process.send_signal(signal.SIGCONT)
+    assert "JetStream refused the message: message size exceeds maximum allowed" in str(errors[0])
+    assert errors[1] is None
+    assert sorted(int(m.headers["Subs-Event-Id"]) for m in stream.messages("OTHER")) == [1, 2, 3, 5]
 
 
 def test_an_unreachable_server_is_a_failed_attempt(server: NatsServer) -> None:
