@@ -67,8 +67,8 @@ def test_a_registration_the_server_ends_is_left_alone(settings, db, monkeypatch)
 
 
 def kill(settings, db: Database) -> None:
-    """Kill ``db``'s attachment as an operator would, and wait until a call
-    on it fails (the kill takes effect a moment after its commit)."""
+    """Kill ``db``'s attachment as an operator would; the next call on it
+    fails, which is how the client library learns of it."""
     execute(settings, "DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID = ?", params=(db.connection.info.id,))
     with pytest.raises(DatabaseError) as failed:
         db.connection.begin()
