@@ -29,7 +29,7 @@ PY_SPY = Path(sys.executable).with_name("py-spy")
 RESTART_EVERY = 1.0  # do not restart a listener that keeps failing (server down) more often
 WORKER_EXIT = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ subs\.listener: "
-    r"worker pid (\d+) exited with code (-?\d+)",
+    r"worker pid (\d+) (?:exited with code (-?\d+)|died of \w+ \(signal (\d+)\))",
     re.MULTILINE,
 )
 
@@ -158,14 +158,15 @@ class Listener:
             return None
 
     def worker_exits(self) -> list[tuple[float, int, int]]:
-        """(time, pid, exit code) of every worker the supervisor saw end, from its log."""
+        """(time, pid, exit code) of every worker the supervisor saw end, from
+        its log; a signal's death is its negative number, as multiprocessing has it."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return []
         return [
-            (time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000, int(pid), int(code))
-            for stamp, ms, pid, code in WORKER_EXIT.findall(text)
+            (time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000, int(pid), int(code or -int(sig)))
+            for stamp, ms, pid, code, sig in WORKER_EXIT.findall(text)
         ]
 
     def log_count(self, text: str) -> int:

@@ -113,7 +113,7 @@ def test_a_killed_handler_process_s_queued_job_comes_back(items, tmp_path, liste
     listener.wait_for(lambda lines: sorted(handled(lines)) == [1, 2, 3], timeout=40)
     starts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
     assert sorted(starts) == [(1, 1), (1, 2), (2, 1), (3, 1)]
-    assert "handler process died: signal 9" in listener.output()
+    assert "handler process died of SIGKILL (signal 9)" in listener.output()
     assert "Traceback" not in listener.output() and "exited with code" not in listener.output()
 
 
@@ -133,7 +133,7 @@ def test_a_killed_handler_process_s_stream_goes_on_in_order(items, tmp_path, lis
     listener.wait_for(lambda lines: sorted(handled(lines)) == [1, 2, 3, 4, 5, 6], timeout=20)
     starts = [(line["key"], line["attempt"]) for line in listener.lines() if line["phase"] == "start"]
     assert starts == [(1, 1), (1, 2), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
-    assert "handler process died: signal 9" in listener.output()
+    assert "handler process died of SIGKILL (signal 9)" in listener.output()
 
 
 def attempts_by_key(lines) -> dict[int, list[int]]:
@@ -163,7 +163,7 @@ def test_the_event_that_kills_its_process_is_the_one_whose_attempt_fails(items, 
     assert attempts[5] == [1, 2], attempts
     assert all(tries == list(range(1, len(tries) + 1)) for tries in attempts.values()), attempts
     killer = next(line["id"] for line in lines if line["key"] == 5)
-    assert f"event {killer} (rec) attempt 1 failed: handler process died: signal 9" in listener.output()
+    assert f"event {killer} (rec) attempt 1 failed: handler process died of SIGKILL (signal 9)" in listener.output()
     if mode == "ordered":
         done = [line["key"] for line in lines if line["phase"] == "done"]
         assert sorted(set(done), key=done.index) == list(range(1, 8)), done
@@ -181,7 +181,7 @@ def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
         pool.hand(slot, Job([], in_order=False))
         assert slot.queue and pool.wait(5) == [slot]
         assert pool.receive(slot) is None
-        assert pool.reason(slot) == "handler process died: signal 9"
+        assert pool.reason(slot) == "handler process died of SIGKILL (signal 9)"
     finally:
         pool.close()
 

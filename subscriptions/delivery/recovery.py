@@ -9,6 +9,7 @@ death of the whole listener or of its host.
 from __future__ import annotations
 
 import logging
+import signal
 
 from firebird.driver import DatabaseError
 
@@ -22,9 +23,20 @@ log = logging.getLogger("subs.listener")
 
 
 def exit_reason(exitcode: int | None, process: str = "handler process") -> str:
-    if exitcode is not None and exitcode < 0:
-        return f"{process} died: signal {-exitcode}"
-    return f"{process} exited with code {exitcode}"
+    """``process`` and how it ended, as an attempt's error and in the log."""
+    return f"{process} {how_it_ended(exitcode)}"
+
+
+def how_it_ended(exitcode: int | None) -> str:
+    """``exited with code 1``, or ``died of SIGABRT (signal 6)``: the name
+    tells an operator at once a kill (SIGKILL: the OOM killer, a person)
+    from a crash (SIGABRT, SIGSEGV: a core dump to look for)."""
+    if exitcode is None or exitcode >= 0:
+        return f"exited with code {exitcode}"
+    try:
+        return f"died of {signal.Signals(-exitcode).name} (signal {-exitcode})"
+    except ValueError:
+        return f"died of signal {-exitcode}"
 
 
 def fail_abandoned(db: Database, owner: str, reason: str) -> bool:

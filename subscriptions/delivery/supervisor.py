@@ -224,7 +224,7 @@ class Supervisor:
             self.restart_pause.reset()
         pause = 0.0 if process.exitcode == worker.EXIT_RESTART else self.restart_pause.next_pause()
         log.warning(
-            "worker pid %s exited with code %s; starting a new one in %.1fs", process.pid, process.exitcode, pause
+            "worker pid %s %s; starting a new one in %.1fs", process.pid, recovery.how_it_ended(process.exitcode), pause
         )
         self.restart_at[index] = time.monotonic() + pause
 
