@@ -44,8 +44,8 @@ FB4_TESTS=(tests/test_capture.py tests/test_capture_types.py tests/test_capture_
 case "$command" in
     demo) exec .venv/bin/subs demo "$@" ;;
     test)
-        .venv/bin/ruff check subscriptions plugins tests benchmarks
-        .venv/bin/ruff format --check subscriptions plugins tests benchmarks
+        .venv/bin/ruff check subscriptions plugins tests benchmarks docs
+        .venv/bin/ruff format --check subscriptions plugins tests benchmarks docs
         .venv/bin/mypy
         # Two test processes (pytest-xdist): the tests mostly wait on listeners,
         # leases and servers (one process keeps about 60 % of a core busy).

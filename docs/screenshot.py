@@ -24,7 +24,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 
 HERE = Path(__file__).resolve().parent
-PLUGIN = '''
+PLUGIN = """
 import random, time
 from subscriptions import hookimpl
 
@@ -40,11 +40,10 @@ def notify_shop(event):
 
 def welcome_mail(event):
     time.sleep(random.uniform(0.01, 0.05))
-'''
+"""
 TABLES = (
     "CREATE TABLE CUSTOMERS (ID INTEGER NOT NULL PRIMARY KEY, NAME VARCHAR(60), EMAIL VARCHAR(80))",
-    "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, CUSTOMER INTEGER, TOTAL NUMERIC(12,2), "
-    "STATUS VARCHAR(20))",
+    "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, CUSTOMER INTEGER, TOTAL NUMERIC(12,2), STATUS VARCHAR(20))",
 )
 
 
