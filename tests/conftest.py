@@ -7,8 +7,10 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 import tempfile
 import time
+import urllib.request
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -240,6 +242,22 @@ def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
         time.sleep(0.05)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape_metrics(port: int) -> str:
+    """What a listener's ``--metrics-port`` serves now ("" while it does not)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
 
 
 def execute(settings: ConnectionSettings, *statements: str, params: tuple = ()) -> None:

@@ -10,7 +10,6 @@ import email
 import email.policy
 import json
 import shlex
-import socket
 import sys
 import threading
 import time
@@ -28,14 +27,9 @@ from subscriptions.errors import SubsError
 from subscriptions.plugins import BUILTIN_TAGS
 from subscriptions.testing import deliver, load_handlers, make_event
 
+from conftest import free_port
+
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
 
 
 def handler(tag: str, settings: dict[str, Any]):

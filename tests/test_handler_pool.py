@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from subscriptions.delivery.handler_process import Job
+from subscriptions.delivery.metrics import Metrics
 from subscriptions.delivery.options import ListenOptions
 from subscriptions.delivery.pool import HandlerPool
 from subscriptions.delivery.reaper import owner
 
-from conftest import Subs, query, wait_until
+from conftest import Subs, free_port, query, scrape_metrics, wait_until
 from listening import Listener, handled, insert
 from soak_chaos import py_spy_dump
 
@@ -105,7 +106,8 @@ def test_a_killed_handler_process_s_queued_job_comes_back(items, tmp_path, liste
     insert(items, 1, 1, "sleep30")
     insert(items, 2, 2)
     args = ("--mode", "parallel", "--workers", "1", "--batch", "1", "--backoff-min", "0.1", "--backoff-max", "0.2")
-    listener = Listener(items, tmp_path, *args, "--poll", "0.5")
+    port = free_port()
+    listener = Listener(items, tmp_path, *args, "--poll", "0.5", "--metrics-port", str(port))
     listeners.append(listener)
     listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
     (first,) = listener.lines()
@@ -115,6 +117,9 @@ def test_a_killed_handler_process_s_queued_job_comes_back(items, tmp_path, liste
     assert sorted(starts) == [(1, 1), (1, 2), (2, 1), (3, 1)]
     assert "handler process died of SIGKILL (signal 9)" in listener.output()
     assert "Traceback" not in listener.output() and "exited with code" not in listener.output()
+    exits = 'subs_process_exits_total{process="handler",how="SIGKILL"} 1\n'
+    wait_until(lambda: exits in scrape_metrics(port), 10, "the handler process's exit in the metrics")
+    assert 'subs_process_exits_total{process="claimer"' not in scrape_metrics(port)
 
 
 def test_a_killed_handler_process_s_stream_goes_on_in_order(items, tmp_path, listeners):
@@ -172,7 +177,8 @@ def test_the_event_that_kills_its_process_is_the_one_whose_attempt_fails(items, 
 def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
     """Handing over races with a process's death: the job stays with the
     slot, and the death, seen next, settles it as never started."""
-    pool = HandlerPool(ListenOptions(settings=settings, workers=1), owner())
+    metrics = Metrics()
+    pool = HandlerPool(ListenOptions(settings=settings, workers=1), owner(), metrics)
     try:
         (slot,) = pool.slots
         wait_until(lambda: pool.wait(0.5) == [slot] and pool.receive(slot) == [] and slot.ready, 60, "it to start")
@@ -182,6 +188,8 @@ def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
         assert slot.queue and pool.wait(5) == [slot]
         assert pool.receive(slot) is None
         assert pool.reason(slot) == "handler process died of SIGKILL (signal 9)"
+        pool.replace(slot)
+        assert metrics.snapshot()["process_exits"] == {("handler", "SIGKILL"): 1}
     finally:
         pool.close()
 

@@ -20,7 +20,7 @@ from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError
 
 import fb3server
-from conftest import Subs, execute, query, state, wait_until
+from conftest import Subs, execute, free_port, query, scrape_metrics, state, wait_until
 from listening import Listener, disconnect_others, handled, insert, remaining, supervise, worker_attached
 
 
@@ -398,7 +398,8 @@ def test_transactional_handler_commits_with_the_acknowledgement(items, tmp_path,
 
 
 def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
-    listener = Listener(items, tmp_path, "--poll", "0.5")
+    port = free_port()
+    listener = Listener(items, tmp_path, "--poll", "0.5", "--metrics-port", str(port))
     listeners.append(listener)
     insert(items, 1, 1)
     listener.wait_for(lambda lines: handled(lines))
@@ -409,6 +410,7 @@ def test_reconnects_after_its_attachment_is_killed(items, tmp_path, listeners):
     listener.wait_for(lambda lines: set(handled(lines)) == {1, 2})
     output = listener.output()
     assert "database connection lost" in output, output
+    assert 'subs_process_exits_total{process="claimer",how="reconnect"} 1\n' in scrape_metrics(port)
 
 
 @pytest.mark.alone
@@ -616,7 +618,8 @@ def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_sto
     """A claimer killed again and again (a crash loop) is not started anew
     every second; SIGTERM during the pause stops the listener at once rather
     than starting a claimer that --grace then waits for."""
-    listener = Listener(items, tmp_path, "--poll", "0.5", "--grace", "60")
+    port = free_port()
+    listener = Listener(items, tmp_path, "--poll", "0.5", "--grace", "60", "--metrics-port", str(port))
     listeners.append(listener)
     insert(items, 1, 1)
     listener.wait_for(lambda lines: handled(lines) == [1])
@@ -634,6 +637,7 @@ def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_sto
     assert pauses[0] <= 1.0 and pauses[2] >= 2.0, pauses
     for pid in killed:
         assert f"worker pid {pid} died of SIGKILL (signal 9); starting a new one" in listener.output()
+    assert 'subs_process_exits_total{process="claimer",how="SIGKILL"} 3\n' in scrape_metrics(port)
     listener.process.send_signal(signal.SIGTERM)
     assert listener.finish(10) == 0, listener.output()
 

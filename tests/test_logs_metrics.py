@@ -106,6 +106,9 @@ def test_render_is_prometheus_text_format() -> None:
         [QueueDepth(1, "ORDERS", "I", "orders", 5, 2, 12.5, dead=3), QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None)]
     )
     m.count_claim_conflicts(2)
+    m.count_process_exit("handler", "SIGKILL")
+    m.count_process_exit("claimer", "reconnect")
+    m.count_process_exit("handler", "SIGKILL")
     text = m.render()
     assert text.endswith("\n")
     samples = _samples(text)
@@ -118,6 +121,8 @@ def test_render_is_prometheus_text_format() -> None:
     assert samples[f"subs_lag_seconds{orders}"] == 12.5 and samples[f"subs_lag_seconds{idle}"] == 0
     assert samples[f"subs_queue_dead{orders}"] == 3 and samples[f"subs_queue_dead{idle}"] == 0
     assert samples["subs_claim_conflicts_total"] == 2
+    assert samples['subs_process_exits_total{process="handler",how="SIGKILL"}'] == 2
+    assert samples['subs_process_exits_total{process="claimer",how="reconnect"}'] == 1
     buckets = [(key, value) for key, value in samples.items() if key.startswith("subs_handler_duration_seconds_bucket")]
     assert [key.split('le="')[1][:-2] for key, _ in buckets] == [
         "0.005",
@@ -164,9 +169,13 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     supervisor.set_queue([QueueDepth(7, "ORDERS", "I", "orders", 4, 1, 2.0)])
     one.count_claim_conflicts(1)
     two.count_claim_conflicts(3)
+    one.count_process_exit("handler", "SIGKILL")
+    two.count_process_exit("handler", "SIGKILL")
+    two.count_process_exit("handler", "code 1")
+    supervisor.count_process_exit("claimer", "SIGABRT")
     for worker in (one, two):
         supervisor.merge(pickle.loads(pickle.dumps(worker.snapshot(reset=True))))
-    empty = {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "minutes": {}}
+    empty = {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "process_exits": {}, "minutes": {}}
     assert one.snapshot() == two.snapshot() == empty
     merged = supervisor.snapshot()
     assert merged["events"] == {
@@ -180,6 +189,7 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
         7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0, "dead": 0}
     }
     assert merged["claim_conflicts"] == 4
+    assert merged["process_exits"] == {("handler", "SIGKILL"): 2, ("handler", "code 1"): 1, ("claimer", "SIGABRT"): 1}
     # Per subscription and minute, for the console's statistics (the minute
     # may have turned between the observations).
     minutes = supervisor.take_minutes()

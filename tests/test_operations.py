@@ -10,14 +10,13 @@ import re
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from subscriptions.ops import detach as daemon
 
-from conftest import Subs, execute, query, wait_until
+from conftest import Subs, execute, free_port, query, scrape_metrics, wait_until
 
 PLUGIN = """
 import os
@@ -121,12 +120,6 @@ def test_detach_status_stop(rec, tmp_path):
     assert query(rec, "SELECT COUNT(*) FROM EVENT_LOG") == [(0,)]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def listening_addresses(port: int) -> set[str]:
     """Local addresses with a listening TCP socket on ``port`` (from /proc/net/tcp)."""
     found = set()
@@ -163,17 +156,9 @@ def test_metrics_endpoint_on_loopback(rec, tmp_path):
     try:
         execute(rec, "INSERT INTO ITEMS VALUES (1)")
         wait_until(lambda: handled(tmp_path) == 1)
-
-        def scraped() -> str:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-                    return response.read().decode()
-            except OSError:
-                return ""
-
-        wait_until(lambda: 'subs_events_handled_total{tag="rec"} 1' in scraped())
+        wait_until(lambda: 'subs_events_handled_total{tag="rec"} 1' in scrape_metrics(port))
         gauge = re.compile(r'^subs_queue_pending\{subscription="\d+",table="ITEMS",action="I",tag="rec"\} 0$', re.M)
-        wait_until(lambda: gauge.search(scraped()))  # refreshed every --poll
+        wait_until(lambda: gauge.search(scrape_metrics(port)))  # refreshed every --poll
         assert listening_addresses(port) == {"127.0.0.1"}
     finally:
         listener.terminate()

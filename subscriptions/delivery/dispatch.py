@@ -41,7 +41,7 @@ class Dispatcher:
         self.metrics = metrics
         self.batch = batch
         self.in_flight = InFlight()
-        self.pool = HandlerPool(options, owner)
+        self.pool = HandlerPool(options, owner, metrics)
         self._handled: list[int] = []  # handled, to be acknowledged together
         # Ordered mode: handled events of the stream batches settled so far
         # under a lease that goes on (a next batch runs), deleted together.

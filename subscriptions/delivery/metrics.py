@@ -50,6 +50,7 @@ _GAUGES = {
 }
 _DURATION = "subs_handler_duration_seconds"
 _CONFLICTS = "subs_claim_conflicts_total"
+_EXITS = "subs_process_exits_total"
 
 
 def _number(value: float) -> str:
@@ -72,7 +73,7 @@ Snapshot = dict[str, Any]
 
 
 def _empty() -> Snapshot:
-    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "minutes": {}}
+    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "process_exits": {}, "minutes": {}}
 
 
 def minute_of(timestamp: float) -> int:
@@ -130,9 +131,10 @@ class Metrics:
     The snapshot dict is ``{"events": {tag: {outcome: n}}, "durations": {tag:
     {"buckets": [n per bucket, +Inf last, not cumulative], "sum": s, "count": n}},
     "queue": {sub_id: {"table": t, "action": a, "tag": t, "pending": n,
-    "in_flight": n, "lag": seconds}}, "claim_conflicts": n, "minutes":
-    {(sub_id, minute): [handled, failed, dead]}}``; "minutes" feeds the
-    console's statistics (stats.py) and is taken out by ``take_minutes``.
+    "in_flight": n, "lag": seconds}}, "claim_conflicts": n, "process_exits":
+    {(process, how): n}, "minutes": {(sub_id, minute): [handled, failed,
+    dead]}}``; "minutes" feeds the console's statistics (stats.py) and is
+    taken out by ``take_minutes``.
     """
 
     def __init__(self) -> None:
@@ -159,6 +161,13 @@ class Metrics:
         """Count claims that met another claimer's uncommitted change and claimed nothing."""
         with self._lock:
             self._data["claim_conflicts"] += count
+
+    def count_process_exit(self, process: str, how: str) -> None:
+        """Count a ``process`` ("claimer" or "handler") that ended, ``how``
+        (recovery.exit_label), and was replaced while the listener ran on."""
+        with self._lock:
+            exits = self._data["process_exits"]
+            exits[(process, how)] = exits.get((process, how), 0) + 1
 
     def set_queue(self, depths: list[QueueDepth]) -> None:
         """Replace the queue gauges with ``depths``, as last read from the log."""
@@ -198,6 +207,8 @@ class Metrics:
                 duration["count"] += other["count"]
             self._data["queue"].update(copy.deepcopy(snapshot.get("queue", {})))
             self._data["claim_conflicts"] += snapshot.get("claim_conflicts", 0)
+            for key, count in snapshot.get("process_exits", {}).items():
+                self._data["process_exits"][key] = self._data["process_exits"].get(key, 0) + count
             for key, counts in snapshot.get("minutes", {}).items():
                 mine = self._data["minutes"].setdefault(key, [0] * len(OUTCOMES))
                 self._data["minutes"][key] = [a + b for a, b in zip(mine, counts)]
@@ -244,6 +255,15 @@ class Metrics:
             "nothing and were retried; a steady rate means workers compete for the same events.",
         )
         lines.append(f"{_CONFLICTS} {data['claim_conflicts']}")
+        family(
+            _EXITS,
+            "counter",
+            "Claimer and handler processes that ended while the listener ran on, and were replaced, by how: "
+            "a signal (SIGKILL: the OOM killer, a person, or subs itself for --timeout or a stalled claimer; "
+            "SIGABRT, SIGSEGV: a crash), 'reconnect' (a claimer after a database error), or an exit code.",
+        )
+        for (process, how), count in sorted(data["process_exits"].items()):
+            lines.append(f"{_EXITS}{_labels(process=process, how=how)} {count}")
         for key, (name, help_text) in _GAUGES.items():
             family(name, "gauge", help_text)
             for sub_id, queue in sorted(data["queue"].items()):

@@ -28,8 +28,9 @@ from . import handler_process
 from .claimed import Claimed
 from .claims import Stream
 from .handler_process import JOB, RETURNED, STARTED, Job, Report
+from .metrics import Metrics
 from .options import ListenOptions
-from .recovery import exit_reason
+from .recovery import exit_label, exit_reason
 
 if TYPE_CHECKING:
     from .handler_process import Progress
@@ -102,9 +103,10 @@ class Slot:
 class HandlerPool:
     """``options.workers`` handler processes for one claimer."""
 
-    def __init__(self, options: ListenOptions, owner: str) -> None:
+    def __init__(self, options: ListenOptions, owner: str, metrics: Metrics) -> None:
         self.options = options
         self.owner = owner
+        self.metrics = metrics
         self.context = multiprocessing.get_context("spawn")
         # True: start no further handler. A flag in shared memory, not an
         # Event: the claimer leaves with os._exit, and an Event's semaphores
@@ -206,6 +208,8 @@ class HandlerPool:
         before they are ready."""
         if slot.process.is_alive():
             slot.process.kill()
+        slot.process.join(CLOSE_TIMEOUT)
+        self.metrics.count_process_exit("handler", exit_label(slot.process.exitcode))
         slot.connection.close()
         if slot.ready:
             slot.start_pause.reset()

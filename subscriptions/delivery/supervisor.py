@@ -216,6 +216,8 @@ class Supervisor:
         self.workers[index] = None
         if self.stopping or (self.options.drain and process.exitcode == 0):
             return
+        how = "reconnect" if process.exitcode == worker.EXIT_RESTART else recovery.exit_label(process.exitcode)
+        self.metrics.count_process_exit("claimer", how)
         if process.pid is not None:
             reason = recovery.exit_reason(process.exitcode, "claimer process")
             self.abandoned.put((reaper.owner(process.pid), reason))
