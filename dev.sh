@@ -39,7 +39,7 @@ FB4_WHEEL=4.0.7.4
 FB4_TESTS=(tests/test_capture.py tests/test_capture_types.py tests/test_capture_ddl.py tests/test_rights.py
            tests/test_schema.py tests/test_subscriptions_cli.py tests/test_bad_input.py tests/test_claims.py
            tests/test_listener.py tests/test_handler_pool.py tests/test_backfill.py tests/test_pause.py
-           tests/test_housekeeping.py tests/test_repair.py tests/test_events.py)
+           tests/test_housekeeping.py tests/test_repair.py tests/test_events.py tests/test_connection.py)
 
 case "$command" in
     demo) exec .venv/bin/subs demo "$@" ;;

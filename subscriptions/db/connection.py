@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,12 @@ from .settings import ConnectionSettings
 
 T = TypeVar("T")
 CONFLICT_ATTEMPTS = 10
+
+# The driver objects of lost attachments (Database._abandon). Never freed,
+# not even as the interpreter exits: their destructors would call into the
+# lost attachment (an error for each, printed then, or a crash).
+_abandoned: list[tuple[Connection, Cursor]] = []
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_abandoned))
 
 
 @functools.cache
@@ -81,12 +88,15 @@ class Database:
 
     def __init__(self, settings: ConnectionSettings, *, create: bool = False) -> None:
         self.settings = settings
+        self.lost: DatabaseError | None = None  # what lost the attachment (see _abandon)
         self.connection = open_connection(settings, create=create)
         # (major, minor, patch) of the engine actually serving this database.
         text = self.fetch_value(sql.load("engine")["engine_version"])
         self.engine_version = tuple(int(part) for part in str(text).split("."))
 
     def close(self) -> None:
+        if self.lost is not None:
+            return
         with contextlib.suppress(DatabaseError):
             if self.connection.main_transaction.is_active():
                 self.connection.rollback()
@@ -104,28 +114,51 @@ class Database:
     def transaction(self, tpb: bytes | None = None) -> Iterator[Cursor]:
         """A transaction (SNAPSHOT unless ``tpb`` says otherwise) committed on
         success and rolled back on any error."""
+        if self.lost is not None:
+            raise self.lost
         connection = self.connection
         if connection.main_transaction.is_active():
             # The driver's begin() would silently commit the open transaction.
             raise RuntimeError("nested Database.transaction()")
         connection.begin(tpb)
+        cursor = connection.cursor()
         try:
-            with connection.cursor() as cursor:
-                yield cursor
+            yield cursor
+            cursor.close()
             # Deferred work (DDL, constraint checks) can fail at commit: the
             # transaction is then still open and must be rolled back too.
             connection.commit()
+        except BaseException as exc:
+            self._end_failed(cursor, exc)
+            raise
+
+    def _end_failed(self, cursor: Cursor, error: BaseException) -> None:
+        """Close the cursor and roll back after ``error``; on a lost
+        attachment, make no further call into it."""
+        if isinstance(error, DatabaseError) and is_connection_lost(error):
+            self._abandon(cursor, error)
+            return
+        try:
+            cursor.close()
+            if self.connection.main_transaction.is_active():
+                self.connection.rollback()
         except DatabaseError as exc:
-            # A rollback on a dead remote attachment can block for ever (seen
-            # on Firebird 3 with events registered); the server has
-            # already undone the transaction.
-            if not is_connection_lost(exc) and connection.main_transaction.is_active():
-                connection.rollback()
-            raise
-        except BaseException:
-            if connection.main_transaction.is_active():
-                connection.rollback()
-            raise
+            if not is_connection_lost(exc):
+                raise
+            self._abandon(cursor, exc)
+
+    def _abandon(self, cursor: Cursor, error: DatabaseError) -> None:
+        """Leave a lost attachment and the cursor on it as they are, for the
+        life of the process. firebird-driver's close of a lost attachment
+        fails half-way and frees it while the cursor still holds its result
+        set and statement; closing those later (the garbage collector does)
+        then calls into freed memory and the process dies of SIGSEGV
+        (FIREBIRD-BUGS 9). A rollback there can also block for ever (seen on
+        Firebird 3 with events registered); the server has already undone
+        the transaction. What is kept is a few KB per lost attachment; each
+        further transaction raises ``error`` again."""
+        self.lost = error
+        _abandoned.append((self.connection, cursor))
 
     def run(
         self,

@@ -33,7 +33,7 @@ from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, read_blob
-from subscriptions.db.errors import index_was_rebuilt, is_conflict
+from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
@@ -378,7 +378,7 @@ def database_id(db: Database) -> str:
         retrying(
             lambda: db.fetch_value(sql.load("claims")["database_id"]),
             attempts=IDENTIFY_ATTEMPTS,
-            retry_on=lambda exc: isinstance(exc, DatabaseError),
+            retry_on=lambda exc: isinstance(exc, DatabaseError) and not is_connection_lost(exc),
             sleep=time.sleep,
             backoff=Backoff(0.05, 0.5),
         )

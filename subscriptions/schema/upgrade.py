@@ -35,6 +35,7 @@ from firebird.driver import Cursor, DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
+from subscriptions.db.errors import is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 from subscriptions.errors import SubsError
 
@@ -122,7 +123,7 @@ def _retry_while_concurrent(work: Callable[[], T]) -> T:
     return retrying(
         work,
         attempts=ATTEMPTS,
-        retry_on=lambda exc: isinstance(exc, DatabaseError),
+        retry_on=lambda exc: isinstance(exc, DatabaseError) and not is_connection_lost(exc),
         sleep=time.sleep,
         backoff=Backoff(0.1, 1.0),
     )
