@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -448,6 +449,40 @@ def test_status_counts(items):
     row = json.loads(Subs(items).ok("status", "--json"))[0]
     assert (row["tag"], row["pending"], row["in_flight"], row["failed"], row["dead"]) == ("rec", 3, 0, 0, 0)
     assert row["oldest_pending_age"] >= 0
+
+
+def test_status_shows_the_listeners_of_each_tag_and_check_names_a_lagging_subscription(items, tmp_path, listeners):
+    """`status` shows the live listeners taking each subscription's tag;
+    `status --check --max-lag` names an unpaused subscription whose oldest
+    live event is older, and whether any listener takes its tag."""
+    subs = Subs(items)
+    subs.ok("pause", "items", "U", "rec")
+    insert(items, 1, 1, "sleep30")
+    execute(items, "UPDATE ITEMS SET NOTE = 'x'")
+    other = Listener(items, tmp_path, "--tag", "rec2")
+    listeners.append(other)
+    serving = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_SERVES'"
+    wait_until(lambda: query(items, serving)[0][0] > 0, 60, "the other listener to attach")
+    time.sleep(1.1)
+    lagging = subs("status", "--check", "--max-lag", "1")
+    assert lagging.exit_code == 1
+    (line,) = lagging.output.splitlines()  # not the paused update's
+    assert re.fullmatch(
+        r"subscription 1 \(ITEMS I rec\): its oldest live event is [\d.]+s old \(--max-lag 1\.0s\); "
+        r"no listener takes tag rec",
+        line,
+    ), line
+    assert subs.ok("status", "--check", "--max-lag", "600").endswith("are captured, none lags over 10m\n")
+
+    taking = [Listener(items, tmp_path, "--mode", "parallel", "--tag", "rec") for _ in range(2)]
+    listeners.extend(taking)
+    taking[0].wait_for(lambda lines: any(line["phase"] == "start" for line in lines))  # one sleeps 30 s
+    wait_until(lambda: "parallel x2" in subs.ok("status"), 60, "both listeners to attach")
+    assert "listening: parallel x2" in subs("status", "--check", "--max-lag", "1").output
+    rows = {row["sub_id"]: row for row in json.loads(subs.ok("status", "--json"))}
+    claimers = {f"{socket.gethostname()}:{pid}" for one in taking for pid in spawned_children(one.process.pid)}
+    assert {listener["owner"] for listener in rows[1]["listeners"]} == claimers
+    assert {listener["mode"] for listener in rows[1]["listeners"]} == {"parallel"}
 
 
 def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkeypatch, caplog):

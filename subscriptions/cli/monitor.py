@@ -9,7 +9,7 @@ import click
 from subscriptions.config import MAX_SECONDS
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
-from subscriptions.ops.status import drifted, problems, read_status
+from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
 from . import app, cli, open_database
@@ -31,6 +31,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
         "DEAD",
         "OLDEST PENDING",
         "CAPTURE",
+        "LISTENING",
         "BACKFILL",
     )
     click.echo(
@@ -48,6 +49,7 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
                     r.dead,
                     describe_age(r.oldest_pending_age),
                     r.capture if r.active else "-",
+                    r.listening,
                     r.backfill.describe() if r.backfill else "-",
                 )
                 for r in rows
@@ -56,15 +58,27 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
     )
 
 
-def _check(ctx: click.Context) -> None:
-    """One line per subscription whose capture drifted; exit 1 if any."""
+def _check(ctx: click.Context, max_lag: float | None) -> None:
+    """One line per subscription whose capture drifted, or whose oldest live
+    event is older than ``max_lag`` seconds; exit 1 if any."""
     rows = read_status(app(ctx).settings)
-    problems = drifted(rows)
-    for row in problems:
-        click.echo(f"subscription {row.sub_id} ({row.table} {row.action} {row.tag}): {row.capture}")
-    if problems:
+    found = [(row, row.capture) for row in drifted(rows)]
+    if max_lag is not None:
+        found += [
+            (
+                row,
+                f"its oldest live event is {describe_age(row.oldest_pending_age)} old (--max-lag "
+                f"{describe_age(max_lag)}); "
+                + (f"listening: {row.listening}" if row.listeners else f"no listener takes tag {row.tag}"),
+            )
+            for row in lagging(rows, max_lag)
+        ]
+    for row, problem in found:
+        click.echo(f"subscription {row.sub_id} ({row.table} {row.action} {row.tag}): {problem}")
+    if found:
         ctx.exit(1)
-    click.echo(f"all {sum(row.active for row in rows)} subscription(s) are captured")
+    lag = "" if max_lag is None else f", none lags over {describe_age(max_lag)}"
+    click.echo(f"all {sum(row.active for row in rows)} subscription(s) are captured{lag}")
 
 
 @cli.command()
@@ -77,12 +91,21 @@ def _check(ctx: click.Context) -> None:
     is_flag=True,
     help="For monitoring: name each subscription whose table or capture trigger is missing or stale; exit 1 if any.",
 )
+@click.option(
+    "--max-lag",
+    type=click.FloatRange(1, MAX_SECONDS),
+    metavar="SECONDS",
+    help="With --check: also name each unpaused subscription whose oldest live event is older than SECONDS.",
+)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool) -> None:
+def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, max_lag: float | None) -> None:
     """Per subscription: pending, in flight, failed, dead, oldest pending age,
-    and whether its table is captured as it should be."""
+    whether its table is captured as it should be, and the listeners that
+    take its tag."""
+    if max_lag is not None and not check:
+        raise click.UsageError("--max-lag is a limit for --check; add --check")
     if check:
-        _check(ctx)
+        _check(ctx, max_lag)
         return
     if watch is None:
         _print_status(ctx, as_json)

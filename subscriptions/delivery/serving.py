@@ -3,10 +3,16 @@ another listener already consumes one of its tags in another mode (ordered,
 parallel, parallel with --key-order), since mixed consumers would silently
 break the order one of them promises. Each worker's attachment says what it
 serves (a context variable, see sql/attachments.sql); a starting listener
-reads the others'. Two listeners starting at the same instant are not
-caught."""
+reads the others' (and `subs status` shows them). Two listeners starting at
+the same instant are not caught."""
 
 from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from firebird.driver import Cursor
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
@@ -27,30 +33,54 @@ def serves(options: ListenOptions) -> str:
     return f"{mode_of(options)}|{','.join(sorted(options.tags)) or ALL_TAGS}"
 
 
-def _overlap(mine: tuple[str, ...], theirs: set[str]) -> set[str] | None:
-    """The tags both serve (None: every tag), or an empty set."""
-    if not mine and ALL_TAGS in theirs:
-        return None
-    if not mine:
-        return theirs
-    if ALL_TAGS in theirs:
-        return set(mine)
-    return set(mine) & theirs
+@dataclass(frozen=True)
+class Consumer:
+    """A live listener as its attachments show it: its claimer (``host:pid``),
+    mode, and tags (empty: every tag)."""
+
+    owner: str
+    mode: str
+    tags: frozenset[str]
+
+    def takes(self, tag: str) -> bool:
+        return not self.tags or tag in self.tags
+
+
+def consumers(cursor: Cursor) -> list[Consumer]:
+    """The listeners whose attachments this one sees (MON$ shows a user its
+    own attachments; SYSDBA, the owner and RDB$ADMIN see all), less those
+    of this host whose process is gone."""
+    cursor.execute(sql.load("attachments")["serving"])
+    found: dict[str, Consumer] = {}
+    for worker, served in cursor.fetchall():
+        mode, _, tags = str(served).partition("|")
+        if not reaper.is_dead_here(str(worker)):
+            found[str(worker)] = Consumer(str(worker), mode, frozenset(tags.split(",")) - {ALL_TAGS})
+    return sorted(found.values(), key=lambda consumer: consumer.owner)
+
+
+def listening_modes(listeners: Iterable[Consumer]) -> str:
+    """What listeners take a tag, in short: ``ordered``, ``parallel x2``;
+    ``-`` for none (or none this user may see)."""
+    modes = Counter(listener.mode for listener in listeners)
+    return ", ".join(mode if count == 1 else f"{mode} x{count}" for mode, count in modes.items()) or "-"
 
 
 def refuse_mixed_modes(db: Database, options: ListenOptions) -> None:
     mine = mode_of(options)
     with db.transaction() as cursor:
-        cursor.execute(sql.load("attachments")["serving"])
-        others = cursor.fetchall()
-    for worker, served in others:
-        mode, _, tags = str(served).partition("|")
-        if mode == mine or reaper.is_dead_here(str(worker)):
+        others = consumers(cursor)
+    for other in others:
+        if other.mode == mine:
             continue
-        shared = _overlap(options.tags, set(tags.split(",")))
-        if shared is None or shared:
-            what = "every tag" if shared is None else "tag(s) " + ", ".join(sorted(shared))
-            raise SubsError(
-                f"worker {worker} of another listener consumes {what} in {mode} mode; one tag's events must "
-                f"be consumed in one mode: stop that listener, or start this one with its mode or other --tag values"
-            )
+        if not options.tags and not other.tags:
+            what = "every tag"
+        else:
+            shared = {tag for tag in options.tags or other.tags if other.takes(tag)}
+            if not shared:
+                continue
+            what = "tag(s) " + ", ".join(sorted(shared))
+        raise SubsError(
+            f"worker {other.owner} of another listener consumes {what} in {other.mode} mode; one tag's events must "
+            f"be consumed in one mode: stop that listener, or start this one with its mode or other --tag values"
+        )

@@ -13,6 +13,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery.serving import Consumer, consumers, listening_modes
 from subscriptions.schema.version import require_current
 
 
@@ -50,9 +51,16 @@ class SubscriptionStatus:
     oldest_pending_age: float | None  # seconds
     capture: str  # drift.OK, what is wrong with the table's capture, or "removed"
     backfill: BackfillStatus | None = None
+    listeners: tuple[Consumer, ...] = ()  # the live listeners that take its tag
+
+    @property
+    def listening(self) -> str:
+        return listening_modes(self.listeners)
 
     def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        data["listeners"] = [{"owner": listener.owner, "mode": listener.mode} for listener in self.listeners]
+        return data
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             cursor.execute(sql.load("status")["status"])
             rows = cursor.fetchall()
             states = capture_states(cursor, {row[1] for row in rows if row[4]})  # active ones
+            listeners = consumers(cursor)
             cursor.execute(sql.load("status")["backfills"])
             backfills = {
                 sub_id: BackfillStatus(int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000)
@@ -100,6 +109,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
             capture=states[table] if active else "removed",
             backfill=backfills.get(sub_id),
+            listeners=tuple(listener for listener in listeners if active and listener.takes(tag)),
         )
         for sub_id, table, action, tag, active, paused, pending, in_flight, failed, dead, oldest_ms in rows
     ]
@@ -108,6 +118,16 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
 def drifted(rows: list[SubscriptionStatus]) -> list[SubscriptionStatus]:
     """Active subscriptions whose changes are not captured as they should be."""
     return [row for row in rows if row.active and row.capture != OK]
+
+
+def lagging(rows: list[SubscriptionStatus], max_lag: float) -> list[SubscriptionStatus]:
+    """Active, unpaused subscriptions whose oldest live event is older than
+    ``max_lag`` seconds: no listener, a stuck or failing handler, a backlog."""
+    return [
+        row
+        for row in rows
+        if row.active and not row.paused and row.oldest_pending_age is not None and row.oldest_pending_age > max_lag
+    ]
 
 
 def _key(captured: bytes) -> dict[str, Any]:
