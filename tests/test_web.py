@@ -192,6 +192,23 @@ def test_subscriptions_show_counts_state_and_capture(items, tmp_path: Path, web:
     assert rows["D"]["paused"] is True and rows["U"]["pending"] == 0
 
 
+def test_subscriptions_show_the_listeners_that_take_their_tag(items, tmp_path: Path, web: Console, listeners) -> None:
+    Subs(items).ok("add", "items", "I", "rec2")
+    insert(items, 1, 1)
+    listener = Listener(items, tmp_path, "--tag", "rec2", "--mode", "parallel")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: len(lines) >= 2)  # rec2's event, started and done
+    rows = {(row["action"], row["tag"]): row for row in web.get_json("/api/subscriptions")}
+    assert rows[("I", "rec2")]["listening"] == "parallel"
+    assert rows[("I", "rec")]["listening"] == "-" and rows[("I", "rec")]["pending"] == 1
+    status, _, body = web.request("GET", "/figures")
+    page = body.decode()
+    assert status == 200, page
+    assert '<td id="listening-4" class="">parallel</td>' in page
+    assert '<td id="listening-1" class="problem">-</td>' in page  # its event waits with no listener
+    assert '<td id="listening-2" class="">-</td>' in page  # nothing waits
+
+
 def test_events_are_listed_by_state_and_subscription_in_keyset_pages(items, web: Console) -> None:
     insert(items, 1, 120)
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID <= 30")

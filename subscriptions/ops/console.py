@@ -24,6 +24,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import read_blob, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.delivery.metrics import queue_depths
+from subscriptions.delivery.serving import consumers, listening_modes
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID
 
@@ -58,6 +59,7 @@ class SubscriptionSummary:
     dead: int
     oldest_pending_age: float | None  # seconds
     capture: str  # drift.OK, what is wrong with the capture, or "removed"
+    listening: str = "-"  # the live listeners that take its tag (serving.listening_modes)
     at_least: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,6 +125,7 @@ class EventFilter:
 def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[SubscriptionSummary]:
     depths = queue_depths(cursor, max_counted)
     states = capture_states(cursor, {depth.table for depth in depths if depth.active})
+    listeners = consumers(cursor)
     return [
         SubscriptionSummary(
             id=depth.sub_id,
@@ -137,6 +140,7 @@ def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[Subscriptio
             dead=depth.dead,
             oldest_pending_age=depth.oldest_seconds,
             capture=states[depth.table] if depth.active else "removed",
+            listening=listening_modes(listener for listener in listeners if depth.active and listener.takes(depth.tag)),
             at_least=(("pending", "in_flight", "failed") if depth.live_more else ())
             + (("dead",) if depth.dead_more else ()),
         )
