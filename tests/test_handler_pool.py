@@ -20,7 +20,7 @@ from subscriptions.delivery.options import ListenOptions
 from subscriptions.delivery.pool import HandlerPool
 from subscriptions.delivery.reaper import owner
 
-from conftest import Subs, free_port, query, scrape_metrics, wait_until
+from conftest import Subs, execute, free_port, query, scrape_metrics, wait_until
 from listening import Listener, handled, insert
 from soak_chaos import py_spy_dump
 
@@ -43,6 +43,31 @@ def test_a_listener_holds_two_attachments_whatever_its_workers(items, tmp_path, 
     listener.wait_for(lambda lines: len(handled(lines)) == 41)
     wait_until(lambda: query(items, "SELECT ITEM_ID FROM AUDIT") == [(41,)], 30, "the audit row")
     assert query(items, TAGGED) == [(3,)], "the transactional handler's process attached once"
+
+
+# The attachments a listener's handler processes made (tagged with their
+# claimer's owner, host:pid, but of another process than the claimer).
+KILL_HANDLER_ATTACHMENTS = """
+DELETE FROM MON$ATTACHMENTS a
+WHERE EXISTS (SELECT 1 FROM MON$CONTEXT_VARIABLES v
+              WHERE v.MON$ATTACHMENT_ID = a.MON$ATTACHMENT_ID AND v.MON$VARIABLE_NAME = 'SUBS_WORKER'
+                AND v.MON$VARIABLE_VALUE NOT LIKE '%:' || COALESCE(a.MON$REMOTE_PID, a.MON$SERVER_PID))
+"""
+
+
+def test_a_transactional_handler_attaches_again_after_losing_its_attachment(items, tmp_path, listeners):
+    """A handler process's own attachment killed: the next transactional
+    event's attempt fails with the lost connection, and its retry runs on a
+    fresh attachment (the process used to fail every later event)."""
+    Subs(items).ok("add", "items", "I", "audit")
+    listener = Listener(items, tmp_path, "--workers", "1", "--tag", "audit", "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    wait_until(lambda: query(items, "SELECT ITEM_ID FROM AUDIT") == [(1,)], 60, "the first audit row")
+    execute(items, KILL_HANDLER_ATTACHMENTS)
+    insert(items, 2, 1)
+    wait_until(lambda: query(items, "SELECT ITEM_ID FROM AUDIT ORDER BY 1") == [(1,), (2,)], 60, "the second row")
+    assert "nested" not in listener.output()
 
 
 MODULES_PLUGIN = """

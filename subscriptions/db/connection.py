@@ -35,7 +35,7 @@ CONFLICT_ATTEMPTS = 10
 # The driver objects of lost attachments (Database._abandon). Never freed,
 # not even as the interpreter exits: their destructors would call into the
 # lost attachment (an error for each, printed then, or a crash).
-_abandoned: list[tuple[Connection, Cursor]] = []
+_abandoned: list[tuple[Connection, Cursor | None]] = []
 ctypes.pythonapi.Py_IncRef(ctypes.py_object(_abandoned))
 
 
@@ -120,7 +120,12 @@ class Database:
         if connection.main_transaction.is_active():
             # The driver's begin() would silently commit the open transaction.
             raise RuntimeError("nested Database.transaction()")
-        connection.begin(tpb)
+        try:
+            connection.begin(tpb)
+        except DatabaseError as exc:
+            if is_connection_lost(exc):
+                self._abandon(None, exc)
+            raise
         cursor = connection.cursor()
         try:
             yield cursor
@@ -147,7 +152,7 @@ class Database:
                 raise
             self._abandon(cursor, exc)
 
-    def _abandon(self, cursor: Cursor, error: DatabaseError) -> None:
+    def _abandon(self, cursor: Cursor | None, error: DatabaseError) -> None:
         """Leave a lost attachment and the cursor on it as they are, for the
         life of the process. firebird-driver's close of a lost attachment
         fails half-way and frees it while the cursor still holds its result

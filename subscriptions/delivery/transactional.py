@@ -47,7 +47,9 @@ class Transactions:
         return run_in_transaction
 
     def _claimer(self) -> Claimer:
-        if self.claimer is None:
+        """The attachment's claimer; a new attachment once the last one was
+        lost (its event's attempt failed with that)."""
+        if self.claimer is None or self.claimer.db.lost is not None:
             db = Database(self.options.settings)
             reaper.tag(db, self.owner, serves(self.options))
             self.claimer = Claimer(db, self.owner, self.options.lease)
