@@ -31,20 +31,24 @@ def how_it_ended(exitcode: int | None) -> str:
     """``exited with code 1``, or ``died of SIGABRT (signal 6)``: the name
     tells an operator at once a kill (SIGKILL: the OOM killer, a person)
     from a crash (SIGABRT, SIGSEGV: a core dump to look for)."""
-    label = exit_label(exitcode)
     if exitcode is None or exitcode >= 0:
-        return f"exited with {label}"
-    return f"died of {label}" if label.startswith("signal") else f"died of {label} (signal {-exitcode})"
+        return f"exited with code {exitcode}"
+    name = _signal_name(-exitcode)
+    return f"died of {name} (signal {-exitcode})" if name else f"died of signal {-exitcode}"
 
 
 def exit_label(exitcode: int | None) -> str:
     """How a process ended, in short (a metric's label): ``SIGKILL``, ``code 1``."""
     if exitcode is None or exitcode >= 0:
         return f"code {exitcode}"
+    return _signal_name(-exitcode) or f"signal {-exitcode}"
+
+
+def _signal_name(number: int) -> str | None:
     try:
-        return signal.Signals(-exitcode).name
+        return signal.Signals(number).name
     except ValueError:
-        return f"signal {-exitcode}"
+        return None
 
 
 def fail_abandoned(db: Database, owner: str, reason: str) -> bool:
