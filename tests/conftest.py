@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -173,6 +174,25 @@ def settings(empty_settings: ConnectionSettings) -> ConnectionSettings:
     with Database(empty_settings) as db:
         schema.upgrade(db)
     return empty_settings
+
+
+@pytest.fixture
+def make_user(settings: ConnectionSettings, engine: str) -> Iterator[Callable[[str], ConnectionSettings]]:
+    """New database users: real ones on the Firebird 3 server (dropped again
+    at the end); the embedded engine takes the user name as given."""
+    created: list[str] = []
+
+    def make(role: str) -> ConnectionSettings:
+        name = f"{role}_{secrets.token_hex(4)}".upper()
+        password = secrets.token_hex(8)
+        if engine == "fb3":
+            execute(settings, f"CREATE USER {name} PASSWORD '{password}'")
+            created.append(name)
+        return ConnectionSettings(settings.dsn, name, password)
+
+    yield make
+    for name in created:
+        execute(settings, f"DROP USER {name}")
 
 
 @pytest.fixture

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from decimal import Decimal
 
 import pytest
 
 from subscriptions.capture.values import UndecodableEvent, decode
-from subscriptions.db.connection import Database
+from subscriptions.db.connection import Database, read_text
+from subscriptions.db.events import EventWatch
 from subscriptions.delivery.claimed import Claimed
 from subscriptions.delivery.claims import Claimer, load_targets, streams
 from subscriptions.events import Event
@@ -197,3 +199,56 @@ def test_decode_reads_the_documented_format(data, expected):
 def test_undecodable_rows_raise_one_kind_of_error(data):
     with pytest.raises(UndecodableEvent, match="cannot decode the captured row"):
         decode(data)
+
+
+def test_a_table_with_more_logging_statements_than_a_trigger_can_hold(settings, db, make_user):
+    """Firebird compiles a trigger with at most 256 contexts, and each INSERT
+    takes one: 270 logging statements (30 IUD subscriptions with --when, two
+    each per action, and 30 without) were refused with 'Too many Contexts'.
+    Past 200 the trigger logs through a sub-procedure, with the trigger's
+    rights: an application user with table rights only writes, every
+    subscription gets its events, values and notification, and a condition
+    that raises logs its change dead. An ALTER of the table keeps it so."""
+    app = make_user("app")
+    execute(settings, "CREATE TABLE ORDERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(10))")
+    execute(settings, f"GRANT SELECT, INSERT, UPDATE, DELETE ON ORDERS TO USER {app.user}")
+    subs = Subs(settings)
+    tags = [f"tag{number}" for number in range(60)]
+    for number, tag in enumerate(tags):
+        subs.ok("add", "orders", "IUD", tag, *(("--when", "CURRENT_USER <> 'NOBODY'") if number % 2 else ()))
+    subs.ok("add", "orders", "I", "broken", "--when", "CAST(NEW.NOTE AS INTEGER) > 0")
+    watch = EventWatch(db.connection, ["subs:tag0", "subs:tag59"])
+    try:
+        watch.wait(1)  # the first notice may only report the counts the engine has
+        execute(
+            app,
+            "INSERT INTO ORDERS VALUES (1, 'a')",
+            "INSERT INTO ORDERS VALUES (2, 'b')",
+            "UPDATE ORDERS SET NOTE = 'z' WHERE ID = 1",
+            "DELETE FROM ORDERS WHERE ID = 2",
+        )
+        assert watch.wait(10), "no notification"
+    finally:
+        watch.close()
+
+    logged = events(settings)
+    assert Counter((e["tag"], e["action"]) for e in logged) == {
+        **{(tag, "I"): 2 for tag in tags},
+        **{(tag, "U"): 1 for tag in tags},
+        **{(tag, "D"): 1 for tag in tags},
+        ("broken", "I"): 2,
+    }
+    update = next(e for e in logged if e["tag"] == "tag59" and e["action"] == "U")
+    assert (update["pk"], update["old"], update["new"]) == ({"ID": 1}, {"ID": 1, "NOTE": "a"}, {"ID": 1, "NOTE": "z"})
+    dead = query(
+        settings,
+        "SELECT TRIM(s.TAG), l.LAST_ERROR FROM EVENT_LOG l JOIN EVENT_SUBSCRIBER s ON s.SUB_ID = l.SUB_ID WHERE l.DEAD",
+    )
+    assert [tag for tag, _ in dead] == ["broken", "broken"]
+    assert all(read_text(error).startswith("the --when condition raised: ") for _, error in dead)
+
+    # The application's own migration regenerates that trigger at its commit.
+    execute(settings, "ALTER TABLE ORDERS ADD EXTRA INTEGER")
+    execute(app, "INSERT INTO ORDERS VALUES (3, '7', 8)")
+    inserted = [e for e in events(settings)[len(logged) :] if e["tag"] in ("tag0", "tag59", "broken")]
+    assert [e["new"] for e in inserted] == [{"ID": 3, "NOTE": "7", "EXTRA": 8}] * 3

@@ -5,39 +5,17 @@ are real (CREATE USER); the embedded engine takes the user name as given."""
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable, Iterator
-
 import pytest
 from firebird.driver import DatabaseError
 
 from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
-from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema.upgrade import upgrade
 from subscriptions.schema.version import LATEST
 
 from conftest import Subs, another_database, assert_one_line_error, events, execute, query
 from listening import Listener, handled, insert, remaining
-
-
-@pytest.fixture
-def make_user(settings, engine) -> Iterator[Callable[[str], ConnectionSettings]]:
-    """New database users (dropped again on the server at the end)."""
-    created: list[str] = []
-
-    def make(role: str) -> ConnectionSettings:
-        name = f"{role}_{secrets.token_hex(4)}".upper()
-        password = secrets.token_hex(8)
-        if engine == "fb3":
-            execute(settings, f"CREATE USER {name} PASSWORD '{password}'")
-            created.append(name)
-        return ConnectionSettings(settings.dsn, name, password)
-
-    yield make
-    for name in created:
-        execute(settings, f"DROP USER {name}")
 
 
 def test_an_application_user_with_table_rights_only_writes_and_is_captured(settings, make_user):

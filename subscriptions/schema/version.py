@@ -10,7 +10,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
 from subscriptions.errors import SubsError
 
-LATEST = 18
+LATEST = 19
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 
