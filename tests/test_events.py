@@ -9,7 +9,7 @@ from firebird.driver import DatabaseError, fbapi
 
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import is_connection_lost
-from subscriptions.db.events import EventWatch, event_block
+from subscriptions.db.events import MAX_BLOCK_BYTES, EventWatch, event_block, event_blocks
 
 from conftest import execute, wait_until
 
@@ -25,6 +25,35 @@ def test_event_block_layout():
     for bad in ("", "x" * 256):
         with pytest.raises(ValueError, match="1 to 255 bytes"):
             event_block([bad])
+
+
+def test_names_are_split_into_blocks_in_order():
+    assert event_blocks(["ab", "c", "de"], limit=14) == [event_block(["ab", "c"]), event_block(["de"])]
+    assert event_blocks(["ab"], limit=1) == [event_block(["ab"])]
+    assert event_blocks([]) == []
+
+
+def test_names_beyond_one_parameter_block_wake_the_watch(settings, db):
+    """A listener of many tags: 1,400 names of 50 bytes are 70 KB of event
+    parameter block, whose length the client library takes as a C short.
+    In one block, the wrapped length registered the first few names only,
+    and posts of the others never woke the listener."""
+    names = [f"subs:{'t' * 36}{number:04d}" for number in range(1400)]
+    assert all(len(block) <= MAX_BLOCK_BYTES for block in event_blocks(names)) and len(event_blocks(names)) == 3
+    watch = EventWatch(db.connection, names)
+    try:
+        while watch.wait(1):
+            pass  # first notices may only report the counts the engine has
+        for name in (names[0], names[700], names[-1]):
+            post(settings, name)
+            assert watch.wait(10), f"{name} did not wake the watch"
+            assert not watch.take(), f"{name} woke the watch twice"
+    finally:
+        watch.close()
+    while watch.wait(0.5):
+        pass  # a server's notices of length 0 for the cancels, if any: they register nothing again
+    post(settings, names[-1])
+    assert not watch.wait(0.5), "a closed watch was notified"
 
 
 def test_each_post_wakes_the_watch_once(settings, db):

@@ -567,11 +567,11 @@ def test_odd_handler_return_values(items, tmp_path):
 
 HANGING_REGISTRATION = """
 import time
-from subscriptions.db.events import EventWatch
+from subscriptions.db import events
 
 # Stands in for the embedded engine wedged in isc_que_events after a process
 # of the database was SIGKILLed (tests/SOAK-NOTES.md, finding 3).
-EventWatch._register = lambda self: time.sleep(3600)
+events._Registration.register = lambda self: time.sleep(3600)
 """
 
 

@@ -26,6 +26,8 @@ _kept: list[EventWatch] = []
 _EPB_VERSION1 = 1
 _COUNT_BYTES = 4
 _UCHAR_P = ctypes.POINTER(fbapi.ISC_UCHAR)
+# isc_que_events takes a block's length as a C short.
+MAX_BLOCK_BYTES = 32767
 
 
 def event_block(names: Sequence[str]) -> bytes:
@@ -41,26 +43,41 @@ def event_block(names: Sequence[str]) -> bytes:
     return bytes(block)
 
 
-class EventWatch:
-    """Registered interest in some events of one attachment. A notification
-    means only "something was posted": callers drain, then wait again."""
+def event_blocks(names: Sequence[str], limit: int = MAX_BLOCK_BYTES) -> list[bytes]:
+    """``names`` in as few event parameter blocks of at most ``limit`` bytes
+    as their order allows."""
+    blocks: list[bytes] = []
+    group: list[str] = []
+    size = 1  # the version byte
+    for name in names:
+        entry = 1 + len(name.encode("utf-8")) + _COUNT_BYTES
+        if group and size + entry > limit:
+            blocks.append(event_block(group))
+            group, size = [], 1
+        group.append(name)
+        size += entry
+    if group:
+        blocks.append(event_block(group))
+    return blocks
 
-    def __init__(self, connection: Connection, names: Sequence[str]) -> None:
-        block = event_block(names)
+
+class _Registration:
+    """One event parameter block registered on one attachment."""
+
+    def __init__(self, handle: Any, block: bytes, notified: threading.Event) -> None:
         self._size = len(block)
         # The counts the server last reported, registered with again so that
         # only later posts notify; the callback writes the server's into
         # _reported, from the client library's thread.
         self._registered = (ctypes.c_ubyte * self._size).from_buffer_copy(block)
         self._reported = (ctypes.c_ubyte * self._size).from_buffer_copy(block)
-        self._handle = connection._get_handle()
+        self._handle = handle
         self._event_id = fbapi.ISC_LONG(0)
         self._status = fbapi.ISC_STATUS_ARRAY()
-        self._notified = threading.Event()
-        self._pending = False  # registered and not yet notified
+        self._notified = notified
+        self.pending = False  # registered and not yet notified
         self.ended = False  # the server ended the registration: the attachment is going or gone
         self._callback = fbapi.ISC_EVENT_CALLBACK(self._on_notification)
-        self._register()
 
     def _on_notification(self, _argument: Any, length: int, updated: Any) -> None:
         """Called by the client library, on a thread of its own. Length 0:
@@ -69,12 +86,12 @@ class EventWatch:
             ctypes.memmove(self._reported, updated, min(length, self._size))
         else:
             self.ended = True
-        self._pending = False
+        self.pending = False
         self._notified.set()
 
-    def _register(self) -> None:
+    def register(self) -> None:
         ctypes.memmove(self._registered, self._reported, self._size)
-        self._pending = True
+        self.pending = True
         fbapi.api.isc_que_events(
             self._status,
             self._handle,
@@ -85,17 +102,54 @@ class EventWatch:
             ctypes.cast(self._reported, _UCHAR_P),
         )
         if fbapi.db_api_error(self._status):
-            self._pending = False
+            self.pending = False
             raise fbapi.exception_from_status(DatabaseError, self._status, "Error while registering for events:")
+
+    def cancel(self) -> bool:
+        """Cancel it if it still waits; False when the cancel failed."""
+        if not self.pending or self.ended:
+            return True
+        self.pending = False
+        fbapi.api.isc_cancel_events(self._status, self._handle, self._event_id)
+        return not fbapi.db_api_error(self._status)
+
+
+class EventWatch:
+    """Registered interest in some events of one attachment. A notification
+    means only "something was posted": callers drain, then wait again.
+    Names that do not fit one event parameter block (its length is a C
+    short: 32,767 bytes, 655 tags of 40 characters) take several
+    registrations."""
+
+    def __init__(self, connection: Connection, names: Sequence[str]) -> None:
+        handle = connection._get_handle()
+        self._notified = threading.Event()
+        self._registrations: list[_Registration] = []
+        for block in event_blocks(names):
+            registration = _Registration(handle, block, self._notified)
+            try:
+                registration.register()
+            except DatabaseError:
+                self.abandon()  # the attachment is likely gone: no call into it for the others
+                raise
+            self._registrations.append(registration)
+
+    @property
+    def ended(self) -> bool:
+        """The server ended a registration: the attachment is going or gone."""
+        return any(registration.ended for registration in self._registrations)
 
     def take(self) -> bool:
         """Whether a notification came since the last take, without waiting;
-        after one, registers again (unless the server ended it)."""
+        after one, registers again what was notified (unless the server ended
+        a registration)."""
         if not self._notified.is_set():
             return False
         self._notified.clear()
         if not self.ended:
-            self._register()
+            for registration in self._registrations:
+                if not registration.pending:
+                    registration.register()
         return True
 
     def wait(self, timeout: float) -> bool:
@@ -103,16 +157,15 @@ class EventWatch:
         return self._notified.wait(timeout) and self.take()
 
     def close(self) -> None:
-        """Cancel a registration still waiting. A failed cancel is not an
+        """Cancel the registrations still waiting. A failed cancel is not an
         error (the attachment may be going, and the registration with it),
-        but the watch is then kept."""
-        if self._pending and not self.ended:
-            fbapi.api.isc_cancel_events(self._status, self._handle, self._event_id)
-            if fbapi.db_api_error(self._status):
-                _kept.append(self)
-            self._pending = False
+        but the watch is then kept. Once the server ended one, none is
+        touched: its attachment is going, and a cancel on it while the client
+        library's event thread is in a callback aborts the process."""
+        if self.ended or not all([registration.cancel() for registration in self._registrations]):
+            _kept.append(self)
 
     def abandon(self) -> None:
-        """Leave the registration to its attachment's fate, without a call
+        """Leave the registrations to their attachment's fate, without a call
         into the client library."""
         _kept.append(self)
