@@ -48,11 +48,13 @@ case "$command" in
         .venv/bin/python -m pytest -n 2 "$@"
         if [ $# -eq 0 ]; then
             # Every database test once more on embedded Firebird 4: its wheel,
-            # kept apart, comes first on the path, and the embedded engine's
-            # tests are then named fb4.
+            # kept apart, comes first on the path (an absolute one: subprocesses
+            # of the tests run elsewhere, and a relative path would give them
+            # Firebird 5, whose lock table then clashes with 4's on one file),
+            # and the embedded engine's tests are then named fb4.
             [ -d .engines/fb4/firebird ] || .venv/bin/python -m pip install -q --disable-pip-version-check \
                 --no-deps --target .engines/fb4 "firebird-embedded==$FB4_WHEEL"
-            PYTHONPATH=.engines/fb4 .venv/bin/python -m pytest -n 2 -k fb4
+            PYTHONPATH="$PWD/.engines/fb4" .venv/bin/python -m pytest -n 2 -k fb4
         fi ;;
     *) usage ;;
 esac
