@@ -43,17 +43,19 @@ case "$command" in
         .venv/bin/ruff check subscriptions plugins tests benchmarks docs
         .venv/bin/ruff format --check subscriptions plugins tests benchmarks docs
         .venv/bin/mypy
+        # The Firebird 4 wheel, kept apart: the second pass below runs on it,
+        # and a test of the first pass opens a database with both engines.
+        [ -d .engines/fb4/firebird ] || .venv/bin/python -m pip install -q --disable-pip-version-check \
+            --no-deps --target .engines/fb4 "firebird-embedded==$FB4_WHEEL"
         # Two test processes (pytest-xdist): the tests mostly wait on listeners,
         # leases and servers (one process keeps about 60 % of a core busy).
         .venv/bin/python -m pytest -n 2 "$@"
         if [ $# -eq 0 ]; then
-            # Every database test once more on embedded Firebird 4: its wheel,
-            # kept apart, comes first on the path (an absolute one: subprocesses
+            # Every database test once more on embedded Firebird 4: its wheel
+            # comes first on the path (an absolute one: subprocesses
             # of the tests run elsewhere, and a relative path would give them
             # Firebird 5, whose lock table then clashes with 4's on one file),
             # and the embedded engine's tests are then named fb4.
-            [ -d .engines/fb4/firebird ] || .venv/bin/python -m pip install -q --disable-pip-version-check \
-                --no-deps --target .engines/fb4 "firebird-embedded==$FB4_WHEEL"
             PYTHONPATH="$PWD/.engines/fb4" .venv/bin/python -m pytest -n 2 -k fb4
         fi ;;
     *) usage ;;

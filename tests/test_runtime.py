@@ -14,6 +14,11 @@ from firebird.embedded.provider import FirebirdProvider
 
 from subscriptions.db import runtime
 
+from conftest import EMBEDDED
+
+# The Firebird 4 wheel, kept apart and put first on the path (dev.sh).
+FB4_WHEEL = Path(__file__).resolve().parents[1] / ".engines" / "fb4"
+
 
 def test_an_older_roots_firebird_conf_is_brought_up_to_date(tmp_path):
     wheel = tmp_path / "wheel"
@@ -115,4 +120,27 @@ def test_the_embedded_engine_runs_with_our_configuration(db):
     assert db.fetch_value("SELECT RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') FROM RDB$DATABASE").startswith("5.")
     assert (
         db.fetch_value("SELECT RDB$CONFIG_VALUE FROM RDB$CONFIG WHERE RDB$CONFIG_NAME = 'ServerMode'") == "SuperClassic"
+    )
+
+
+@pytest.mark.parametrize("engine", [EMBEDDED], indirect=True)
+def test_a_database_open_in_another_firebird_version_is_a_one_line_error_with_the_way_out(db, settings):
+    """Found in the Firebird 4 pass of the tests, when a subprocess loaded
+    Firebird 5: the engine's bare "lock manager error; inconsistent lock
+    table type/version". An application on embedded 4.0 and subs on the
+    default 5.0 meet it the same way. Here this process holds the file with
+    one engine and `subs status` runs on the other."""
+    assert (FB4_WHEEL / "firebird").is_dir(), f"the Firebird 4 wheel is missing in {FB4_WHEEL}: run ./dev.sh test"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if EMBEDDED == "fb5":
+        env["PYTHONPATH"] = str(FB4_WHEEL)
+    status = subprocess.run(
+        [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "status"], env=env, capture_output=True, text=True
+    )
+    assert (status.returncode, status.stdout) == (1, "")
+    assert status.stderr == (
+        f"Error: cannot connect to {settings.dsn}: another program has it open with a Firebird engine of "
+        "another version, and engines of different versions cannot share a database file; "
+        "give subs that program's engine version (pip install firebird-embedded==X.Y), "
+        "or let every program reach the file through one Firebird server (host:/path)\n"
     )

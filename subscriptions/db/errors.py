@@ -45,6 +45,10 @@ _NETWORK_ERROR = 335544721
 _IO_ERROR = 335544344
 _NOT_A_DATABASE = 335544323
 _OPEN_FAILED = 335544734
+# An engine attaching to a file whose lock table was made by an engine of
+# another Firebird version (each has its own layout) fails with one of these,
+# depending on which of the two versions came first.
+_OTHER_VERSION = re.compile(r"inconsistent (lock table|shared memory) type/version")
 
 
 class MissingDatabase(SubsError):
@@ -103,6 +107,13 @@ def connect_error(exc: DatabaseError, settings: ConnectionSettings) -> SubsError
         )
     if _IO_ERROR in found:
         return SubsError(f"cannot open database {where}: {first_line(exc)}")
+    if _OTHER_VERSION.search(str(exc)):
+        return SubsError(
+            f"cannot connect to {where}: another program has it open with a Firebird engine of "
+            "another version, and engines of different versions cannot share a database file; "
+            "give subs that program's engine version (pip install firebird-embedded==X.Y), "
+            "or let every program reach the file through one Firebird server (host:/path)"
+        )
     return SubsError(f"cannot connect to {where}: {first_line(exc)}")
 
 
