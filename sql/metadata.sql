@@ -73,10 +73,11 @@ WHERE d.RDB$DEPENDENT_NAME = ? AND d.RDB$DEPENDENT_TYPE = 2 AND d.RDB$DEPENDED_O
                          AND COALESCE(f.RDB$LEGACY_FLAG, 0) = 0)));
 
 -- name: granted_listeners
--- Users `subs grant` gave a listener's rights to (they may run the schema
--- version function), but not the owner of subs's tables, who needs none.
-SELECT DISTINCT TRIM(TRAILING FROM p.RDB$USER)
+-- Users and roles (user type 8 and 13) `subs grant` gave a listener's rights
+-- to (they may run the schema version function), but not the owner of
+-- subs's tables, who needs none.
+SELECT DISTINCT TRIM(TRAILING FROM p.RDB$USER), p.RDB$USER_TYPE
 FROM RDB$USER_PRIVILEGES p
 WHERE p.RDB$RELATION_NAME = 'EVENT_SCHEMA_VERSION' AND p.RDB$OBJECT_TYPE = 15
-  AND p.RDB$USER_TYPE = 8 AND p.RDB$PRIVILEGE = 'X'
+  AND p.RDB$USER_TYPE IN (8, 13) AND p.RDB$PRIVILEGE = 'X'
   AND p.RDB$USER <> (SELECT RDB$OWNER_NAME FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG');

@@ -31,7 +31,7 @@ class FileConfig:
     handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-DATABASE_KEYS = {"dsn", "user", "password"}
+DATABASE_KEYS = {"dsn", "user", "password", "role"}
 
 
 def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> FileConfig:
@@ -69,7 +69,7 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
 
 def _database_table(file: Path, table: Any) -> dict[str, str]:
     if not isinstance(table, dict):
-        raise SubsError(f"config file {file}: [database] must be a table with dsn, user, password")
+        raise SubsError(f"config file {file}: [database] must be a table with dsn, user, password, role")
     unknown = set(table) - DATABASE_KEYS
     if unknown:
         raise SubsError(

@@ -220,6 +220,14 @@ def listeners() -> Iterator[list]:
         listener.stop()
 
 
+def credentials(settings: ConnectionSettings) -> dict[str, str]:
+    """The environment that makes `subs` attach as ``settings`` say."""
+    found = {"ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or ""}
+    if settings.role is not None:
+        found["SUBS_ROLE"] = settings.role
+    return found
+
+
 class Subs:
     """Runs ``subs`` commands in-process against one database, the password
     passed the way the README recommends (ISC_PASSWORD)."""
@@ -228,7 +236,7 @@ class Subs:
         self.settings = settings
 
     def __call__(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        environment = {"ISC_USER": self.settings.effective_user, "ISC_PASSWORD": self.settings.password or ""}
+        environment = credentials(self.settings)
         environment.update(env or {})
         return CliRunner().invoke(cli, ["-d", self.settings.dsn, *args], env=environment)
 

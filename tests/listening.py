@@ -13,7 +13,7 @@ from pathlib import Path
 
 from subscriptions.db.connection import Database
 
-from conftest import EngineWedged, query
+from conftest import EngineWedged, credentials, query
 from soak_chaos import py_spy_dump
 
 RECORDER = '''
@@ -84,8 +84,7 @@ class Listener:
         env = {
             **os.environ,
             "RECORD_FILE": str(self.record),
-            "ISC_USER": settings.effective_user,
-            "ISC_PASSWORD": settings.password or "",
+            **credentials(settings),
         }
         self.log = open(tmp_path / f"listener-{time.monotonic_ns()}.log", "w+")
         self.process = subprocess.Popen(

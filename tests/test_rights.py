@@ -5,6 +5,8 @@ are real (CREATE USER); the embedded engine takes the user name as given."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from firebird.driver import DatabaseError
 
@@ -110,6 +112,50 @@ def test_a_listener_without_alter_rights_warns_once_that_it_cannot_settle_trigge
     assert "grant this user ALTER ANY TABLE" in warnings[0]
 
 
+def test_a_listener_takes_its_rights_from_a_role_it_connects_with(items, make_user, tmp_path, listeners):
+    """Granting to roles is how many shops give rights; on Firebird 3 a role's
+    rights count only for an attachment that names it."""
+    listener_user = make_user("listener")
+    execute(items, "CREATE ROLE SUBS_LISTENERS")
+    execute(items, f"GRANT SUBS_LISTENERS TO USER {listener_user.user}")
+    in_role = replace(listener_user, role="SUBS_LISTENERS")
+    insert(items, 1, 3)
+    assert_one_line_error(Subs(in_role)("listen", "--drain"), "no permission")
+
+    assert Subs(items).ok("grant", "--to-role", "subs_listeners") == (
+        "granted role SUBS_LISTENERS what `subs listen` needs\n"
+    )
+    listener = Listener(in_role, tmp_path, "--drain")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    assert len(handled(listener.lines())) == 3 and remaining(items) == 0
+    assert_one_line_error(Subs(listener_user)("listen", "--drain"), "no permission")
+
+
+def test_a_role_the_user_does_not_have_is_a_one_line_error(items, make_user, tmp_path):
+    """The engine attaches with no role at all, silently, when the role named
+    does not exist or is not the user's: without the check the listener
+    failed later on a missing right that the role would have given."""
+    listener_user = make_user("listener")
+    execute(items, "CREATE ROLE SUBS_LISTENERS")
+    Subs(items).ok("grant", "--to-role", "SUBS_LISTENERS")
+    for role in ("SUBS_LISTENERS", "NO_SUCH_ROLE"):
+        result = Subs(replace(listener_user, role=role))("status")
+        assert_one_line_error(
+            result,
+            f"user {listener_user.user!r} has no role {role!r}",
+            f"GRANT it TO USER {listener_user.user} (as its owner), or leave out --role/SUBS_ROLE",
+        )
+    config = tmp_path / "subs.toml"
+    config.write_text('[database]\nrole = "no_such_role"\n')
+    assert_one_line_error(
+        Subs(listener_user)("--config", str(config), "status"),
+        f"user {listener_user.user!r} has no role 'NO_SUCH_ROLE'",
+    )
+    assert_one_line_error(Subs(items)("--role", "two words", "status"), "'two words' is not a role name")
+    assert_one_line_error(Subs(items)("grant", "--to-role", "NO_SUCH_ROLE"), "SQL role NO_SUCH_ROLE does not exist")
+
+
 @pytest.mark.parametrize("typed", ["two words", "x;DROP TABLE EVENT_LOG", '"unclosed', ""])
 def test_grant_refuses_what_is_not_a_user_name(settings, typed):
     assert_one_line_error(Subs(settings)("grant", typed), "is not a user name")
@@ -166,20 +212,21 @@ def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings,
     old = another_database(settings)
     with Database(old) as db:
         upgrade(db, target=15)
+    execute(old, "CREATE ROLE SUBS_LISTENERS")
     grants = sql.load("grants")
-    execute(
-        old,
-        *(sql.with_identifiers(grants[name], user=listener_user.user) for name in grants if name != "capture_rights"),
-    )
+    for kind, name in (("USER", listener_user.user), ("ROLE", "SUBS_LISTENERS")):
+        execute(old, *(sql.with_grantee(grants[block], kind, name) for block in grants if block != "capture_rights"))
 
     assert Subs(old).ok("init").splitlines() == [
         f"upgraded schema from version 15 to {LATEST}",
         f"granted {listener_user.user} this version's listener rights",
+        "granted role SUBS_LISTENERS this version's listener rights",
     ]
-    assert query(
-        old,
-        "SELECT TRIM(RDB$PRIVILEGE) FROM RDB$USER_PRIVILEGES WHERE RDB$RELATION_NAME = 'EVENT_CAPTURE_RIGHT' "
-        "AND RDB$USER = ? ORDER BY 1",
-        (listener_user.user,),
-    ) == [("D",), ("I",), ("S",)]
+    for name in (listener_user.user, "SUBS_LISTENERS"):
+        assert query(
+            old,
+            "SELECT TRIM(RDB$PRIVILEGE) FROM RDB$USER_PRIVILEGES WHERE RDB$RELATION_NAME = 'EVENT_CAPTURE_RIGHT' "
+            "AND RDB$USER = ? ORDER BY 1",
+            (name,),
+        ) == [("D",), ("I",), ("S",)]
     assert Subs(old).ok("init").strip() == f"schema is up to date (version {LATEST})"

@@ -25,7 +25,7 @@ from subscriptions import __version__
 from subscriptions.config import CONFIG_ENV, FileConfig, load_config
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
-from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings
+from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stored_name
 from subscriptions.errors import SubsError
 from subscriptions.schema.version import require_current
 
@@ -107,6 +107,11 @@ def open_database(ctx: click.Context, *, create: bool = False, current: bool = T
     help="Firebird password. Prefer the ISC_PASSWORD environment variable or the config file.",
 )
 @click.option(
+    "--role",
+    envvar="SUBS_ROLE",
+    help="SQL role to take rights from (see `subs grant --to-role`). Env: SUBS_ROLE.",
+)
+@click.option(
     "--config",
     "config_path",
     envvar=CONFIG_ENV,
@@ -119,14 +124,17 @@ def cli(
     database: str | None,
     user: str | None,
     password: str | None,
+    role: str | None,
     config_path: str | None,
 ) -> None:
     """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
     config = load_config(config_path)
+    role = role or config.database.get("role")
     settings = ConnectionSettings(
         database or config.database.get("dsn") or DEFAULT_DATABASE,
         user or config.database.get("user"),
         password or config.database.get("password"),
+        stored_name(role, "role") if role else None,
     )
     ctx.obj = App(settings, config, config_path)
 

@@ -173,11 +173,16 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("user")
+@click.option(
+    "--to-role",
+    is_flag=True,
+    help="USER names a role: grant the role, for listeners whose users connect with --role USER.",
+)
 @click.pass_context
-def grant(ctx: click.Context, user: str) -> None:
+def grant(ctx: click.Context, user: str, to_role: bool) -> None:
     """Give database USER the rights `subs listen` needs (writers need none)."""
-    name = grants.grant_listener(open_database(ctx), user)
-    click.echo(f"granted {name} what `subs listen` needs")
+    name = grants.grant_listener(open_database(ctx), user, to_role=to_role)
+    click.echo(f"granted {'role ' if to_role else ''}{name} what `subs listen` needs")
 
 
 @cli.command(name="demo")

@@ -25,7 +25,7 @@ from firebird.driver import (
 )
 
 from . import runtime, sql
-from .errors import connect_error, is_conflict, is_connection_lost
+from .errors import connect_error, is_conflict, is_connection_lost, role_error
 from .retry import Backoff, retrying
 from .settings import ConnectionSettings
 
@@ -76,6 +76,7 @@ def open_connection(settings: ConnectionSettings, *, create: bool = False) -> Co
             settings.target,
             user=settings.effective_user,
             password=settings.password,
+            role=sql.quote(settings.role) if settings.role else None,
             charset="UTF8",
         )
     except DatabaseError as exc:
@@ -90,9 +91,14 @@ class Database:
         self.settings = settings
         self.lost: DatabaseError | None = None  # what lost the attachment (see _abandon)
         self.connection = open_connection(settings, create=create)
+        with self.transaction() as cursor:
+            cursor.execute(sql.load("engine")["attachment"])
+            version, role = cursor.fetchone()
         # (major, minor, patch) of the engine actually serving this database.
-        text = self.fetch_value(sql.load("engine")["engine_version"])
-        self.engine_version = tuple(int(part) for part in str(text).split("."))
+        self.engine_version = tuple(int(part) for part in str(version).split("."))
+        if settings.role is not None and role != settings.role:
+            self.close()
+            raise role_error(settings)
 
     def close(self) -> None:
         if self.lost is not None:

@@ -117,6 +117,16 @@ def connect_error(exc: DatabaseError, settings: ConnectionSettings) -> SubsError
     return SubsError(f"cannot connect to {where}: {first_line(exc)}")
 
 
+def role_error(settings: ConnectionSettings) -> SubsError:
+    """The engine attached without the role asked for: it does not exist, or
+    the user was not granted it."""
+    return SubsError(
+        f"user {settings.effective_user!r} has no role {settings.role!r} in {settings.dsn}: "
+        f"the role does not exist or is not granted to the user; GRANT it TO USER {settings.effective_user} "
+        "(as its owner), or leave out --role/SUBS_ROLE"
+    )
+
+
 # How a capture trigger on Firebird 3, whose PSQL has no RDB$ERROR, records
 # the error a --when condition raised (sql/capture.sql).
 _CODES_ONLY = re.compile(r"SQLSTATE (\w{5}), GDSCODE (\d+)$")

@@ -11,6 +11,8 @@ Python adds nothing to SQL text but:
 - ``{{other}}``: another block of the same file, included when the file is
   read (so a list such as the claimed columns is written once);
 - ``{name}``: an identifier, filled by ``with_identifiers`` through ``quote``;
+- grants.sql's ``{grantee}``: ``USER`` or ``ROLE`` and a quoted name,
+  filled by ``with_grantee``;
 - ``?, ...``: a list of bound parameters, as long as ``with_parameters`` says;
 - keys.sql's ``key_block``: capture/keys.py fills in quoted key columns and
   the key expression the capture generator (in the database) made.
@@ -29,6 +31,7 @@ _COMMENT_LINE = re.compile(r"^\s*--.*\n?", re.MULTILINE)
 _INCLUDE = re.compile(r"\{\{(?P<name>\w+)\}\}")
 _IDENTIFIER = re.compile(r"\{(?P<name>\w+)\}")
 PARAMETER_LIST = "?, ..."
+GRANTEE_KINDS = ("USER", "ROLE")
 
 
 def quote(name: str) -> str:
@@ -67,6 +70,14 @@ def load(file: str) -> dict[str, str]:
 def with_identifiers(statement: str, **names: str) -> str:
     """``statement`` with each ``{key}`` replaced by ``quote(names[key])``."""
     return _IDENTIFIER.sub(lambda found: quote(names[found.group("name")]), statement)
+
+
+def with_grantee(statement: str, kind: str, name: str) -> str:
+    """A GRANT ``statement`` with its ``{grantee}`` made ``kind`` (USER or
+    ROLE) and the quoted ``name``."""
+    if kind not in GRANTEE_KINDS:
+        raise ValueError(f"a grantee is a USER or a ROLE, not {kind!r}")
+    return statement.replace("{grantee}", f"{kind} {quote(name)}")
 
 
 def with_parameters(statement: str, count: int) -> str:

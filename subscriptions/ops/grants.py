@@ -1,61 +1,43 @@
-"""Rights for a listener that runs as its own database user (`subs grant`)."""
+"""Rights for a listener that runs as its own database user, or takes them
+from a role it connects with (`subs grant`)."""
 
 from __future__ import annotations
-
-import re
 
 from firebird.driver import Cursor
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
-from subscriptions.errors import SubsError
+from subscriptions.db.settings import stored_name
 
-_UNQUOTED = re.compile(r"[A-Za-z][A-Za-z0-9_$]*")
-_QUOTED = re.compile(r'"((?:[^"]|"")+)"')
-MAX_USER_CHARS = 63
-
-
-def user_name(typed: str) -> str:
-    """The user name as Firebird stores it: ``listener`` is LISTENER, a name
-    in double quotes is exact."""
-    text = typed.strip()
-    if _UNQUOTED.fullmatch(text):
-        name = text.upper()
-    elif quoted := _QUOTED.fullmatch(text):
-        name = quoted.group(1).replace('""', '"')
-    else:
-        raise SubsError(
-            f"{typed!r} is not a user name: use letters, digits, _ and $ starting with a letter, "
-            'or put the exact name in double quotes ("app user")'
-        )
-    if len(name) > MAX_USER_CHARS or any(ord(c) < 32 for c in name):
-        raise SubsError(f"{typed!r} is not a user name: at most {MAX_USER_CHARS} printable characters")
-    return name
+# RDB$USER_PRIVILEGES.RDB$USER_TYPE of a grantee.
+_KIND_OF_TYPE = {8: "USER", 13: "ROLE"}
 
 
-def grant_listener(db: Database, typed: str) -> str:
-    """Grant ``typed`` what `subs listen` needs; returns the user's name."""
-    name = user_name(typed)
-    db.run(lambda cursor: _grant(cursor, name))
+def grant_listener(db: Database, typed: str, *, to_role: bool = False) -> str:
+    """Grant the user (or the role) ``typed`` what `subs listen` needs;
+    returns its name."""
+    kind = "ROLE" if to_role else "USER"
+    name = stored_name(typed, kind.lower())
+    db.run(lambda cursor: _grant(cursor, kind, name))
     return name
 
 
 def regrant_listeners(db: Database) -> list[str]:
-    """Grant this version's rights again to every user an earlier `subs
-    grant` made a listener (after an upgrade): a version that adds a table
-    (EVENT_STATS, EVENT_CAPTURE_RIGHT) would otherwise leave them without
-    it. Returns their names."""
+    """Grant this version's rights again to every user and role an earlier
+    `subs grant` made a listener (after an upgrade): a version that adds a
+    table (EVENT_STATS, EVENT_CAPTURE_RIGHT) would otherwise leave them
+    without it. Returns their names, roles as ``role NAME``."""
 
     def regrant(cursor: Cursor) -> list[str]:
         cursor.execute(sql.load("metadata")["granted_listeners"])
-        names = [str(row[0]) for row in cursor.fetchall()]
-        for name in names:
-            _grant(cursor, name)
-        return names
+        grantees = [(_KIND_OF_TYPE[int(kind)], str(name)) for name, kind in cursor.fetchall()]
+        for kind, name in grantees:
+            _grant(cursor, kind, name)
+        return [name if kind == "USER" else f"role {name}" for kind, name in grantees]
 
     return db.run(regrant)
 
 
-def _grant(cursor: Cursor, name: str) -> None:
+def _grant(cursor: Cursor, kind: str, name: str) -> None:
     for statement in sql.load("grants").values():
-        cursor.execute(sql.with_identifiers(statement, user=name))
+        cursor.execute(sql.with_grantee(statement, kind, name))
