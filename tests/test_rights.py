@@ -88,7 +88,12 @@ def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_use
     insert(items, 1, 3)
 
     refused = Subs(listener_user)("listen", "--drain")
-    assert_one_line_error(refused, "no permission")
+    assert_one_line_error(
+        refused,
+        f"user {listener_user.user!r} has no rights on subs's tables in {items.dsn} (no permission for EXECUTE",
+        f"as their owner, give it a listener's rights with `subs grant {listener_user.user}`, or give them to a "
+        "role it connects with (`subs grant --to-role ROLE`, then --role ROLE)",
+    )
 
     assert f"granted {listener_user.user}" in Subs(items).ok("grant", listener_user.user.lower())
     listener = Listener(listener_user, tmp_path, "--drain")
@@ -120,7 +125,7 @@ def test_a_listener_takes_its_rights_from_a_role_it_connects_with(items, make_us
     execute(items, f"GRANT SUBS_LISTENERS TO USER {listener_user.user}")
     in_role = replace(listener_user, role="SUBS_LISTENERS")
     insert(items, 1, 3)
-    assert_one_line_error(Subs(in_role)("listen", "--drain"), "no permission")
+    assert_one_line_error(Subs(in_role)("listen", "--drain"), "has no rights on subs's tables")
 
     assert Subs(items).ok("grant", "--to-role", "subs_listeners") == (
         "granted role SUBS_LISTENERS what `subs listen` needs\n"
@@ -129,7 +134,7 @@ def test_a_listener_takes_its_rights_from_a_role_it_connects_with(items, make_us
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     assert len(handled(listener.lines())) == 3 and remaining(items) == 0
-    assert_one_line_error(Subs(listener_user)("listen", "--drain"), "no permission")
+    assert_one_line_error(Subs(listener_user)("listen", "--drain"), "has no rights on subs's tables")
 
 
 def test_a_role_the_user_does_not_have_is_a_one_line_error(items, make_user, tmp_path):

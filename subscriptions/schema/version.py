@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from firebird.driver import Cursor
+from firebird.driver import Cursor, DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_text
+from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
 LATEST = 19
@@ -21,7 +22,12 @@ def installed_version(db: Database) -> int:
     with db.transaction() as cursor:
         cursor.execute(statements["version_function_exists"])
         if cursor.fetchone()[0]:
-            cursor.execute(statements["version"])
+            try:
+                cursor.execute(statements["version"])
+            except DatabaseError as exc:
+                if NO_PRIVILEGE in codes(exc):
+                    raise _no_rights(db, exc) from None
+                raise
             return int(cursor.fetchone()[0])
         cursor.execute(statements["existing_tables"])
         clashes = sorted(row[0] for row in cursor.fetchall())
@@ -38,6 +44,17 @@ def installed_version(db: Database) -> int:
             "migrate the database to dialect 3 (gfix -sql_dialect 3, once the application is ready for it)"
         )
     return 0
+
+
+def _no_rights(db: Database, exc: DatabaseError) -> SubsError:
+    """Every user of subs's tables may run EVENT_SCHEMA_VERSION, so one who
+    may not was given no rights at all: say how to give them."""
+    user = db.settings.effective_user
+    return SubsError(
+        f"user {user!r} has no rights on subs's tables in {db.settings.dsn} ({first_line(exc)}); "
+        f"as their owner, give it a listener's rights with `subs grant {user}`, "
+        "or give them to a role it connects with (`subs grant --to-role ROLE`, then --role ROLE)"
+    )
 
 
 def recorded_version(cursor: Cursor) -> int:
