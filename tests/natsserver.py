@@ -64,6 +64,24 @@ class NatsServer:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
 
+    def pause(self) -> None:
+        """Stop the server (SIGSTOP) and wait until every thread of it has
+        stopped. The signal wakes one thread, which then stops the others;
+        on a busy machine that thread may run only after others have
+        answered a few more messages."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        deadline = time.monotonic() + 10
+        while not all(_stopped(task) for task in tasks.iterdir()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("nats-server did not stop within 10 s of SIGSTOP")
+            time.sleep(0.01)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def _listening(self) -> bool:
         with socket.socket() as sock:
             sock.settimeout(0.2)
@@ -100,3 +118,12 @@ class NatsServer:
                 await client.close()
 
         return asyncio.run(run())
+
+
+def _stopped(task: Path) -> bool:
+    """Whether a thread (/proc/PID/task/TID) is stopped: state T in its stat,
+    after the parenthesised command name."""
+    try:
+        return (task / "stat").read_text().rpartition(")")[2].split()[0] == "T"
+    except FileNotFoundError:  # the thread ended
+        return True

@@ -118,8 +118,7 @@ def test_unanswered_messages_fail_and_late_answers_do_not_confuse_the_next_batch
     handler = relay(stream.url, subject="{table}.{action}", timeout=1)
     stream.jetstream("add_stream", StreamConfig(name="OTHER", subjects=["T.*"], max_msg_size=300))
     assert handler.function([make_event("nats", id=1)]) == [None]  # connected, answers subscribed
-    assert stream.process is not None
-    stream.process.send_signal(signal.SIGSTOP)
+    stream.pause()
     try:
         errors = handler.function([make_event("nats", id=2), make_event("nats", id=3)])
         assert [str(error) for error in errors] == ["nats T.I: no acknowledgement from JetStream within 1 s"] * 2
@@ -127,10 +126,10 @@ def test_unanswered_messages_fail_and_late_answers_do_not_confuse_the_next_batch
             too_large = make_event("nats", id=4, new={"NOTE": "x" * 1000})
             second = pool.submit(handler.function, [too_large, make_event("nats", id=5)])
             time.sleep(0.3)
-            stream.process.send_signal(signal.SIGCONT)
+            stream.resume()
             errors = second.result()
     finally:
-        stream.process.send_signal(signal.SIGCONT)
+        stream.resume()
     assert "JetStream refused the message: message size exceeds maximum allowed" in str(errors[0])
     assert errors[1] is None
     assert sorted(int(m.headers["Subs-Event-Id"]) for m in stream.messages("OTHER")) == [1, 2, 3, 5]
