@@ -6,6 +6,7 @@ are real (CREATE USER); the embedded engine takes the user name as given."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from firebird.driver import DatabaseError
@@ -158,6 +159,10 @@ def test_a_role_the_user_does_not_have_is_a_one_line_error(items, make_user, tmp
         f"user {listener_user.user!r} has no role 'NO_SUCH_ROLE'",
     )
     assert_one_line_error(Subs(items)("--role", "two words", "status"), "'two words' is not a role name")
+    new_dsn = items.dsn.rpartition("/")[0] + "/new-with-a-role.fdb"
+    result = Subs(replace(items, dsn=new_dsn))("--role", "SUBS_LISTENERS", "init", "--create")
+    assert_one_line_error(result, "a new database has no roles; create it without --role/SUBS_ROLE")
+    assert not Path(new_dsn.removeprefix("inet://127.0.0.1:3050")).exists()
     assert_one_line_error(Subs(items)("grant", "--to-role", "NO_SUCH_ROLE"), "SQL role NO_SUCH_ROLE does not exist")
 
 

@@ -24,6 +24,8 @@ from firebird.driver import (
     tpb,
 )
 
+from subscriptions.errors import SubsError
+
 from . import runtime, sql
 from .errors import connect_error, is_conflict, is_connection_lost, role_error
 from .retry import Backoff, retrying
@@ -88,6 +90,11 @@ class Database:
     between calls, so garbage collection is never held back by us)."""
 
     def __init__(self, settings: ConnectionSettings, *, create: bool = False) -> None:
+        if create and settings.role is not None:
+            raise SubsError(
+                f"cannot create {settings.dsn} with role {settings.role!r}: a new database has no roles; "
+                "create it without --role/SUBS_ROLE"
+            )
         self.settings = settings
         self.lost: DatabaseError | None = None  # what lost the attachment (see _abandon)
         self.connection = open_connection(settings, create=create)
