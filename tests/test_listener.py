@@ -677,6 +677,32 @@ def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_sto
     assert listener.finish(10) == 0, listener.output()
 
 
+def test_a_claimer_killed_after_it_settled_events_is_restarted_after_the_first_pause(items, tmp_path, listeners):
+    """Kills of a claimer that was delivering (the OOM killer, an operator)
+    are no crash loop: each successor starts after the first pause again.
+    A fault-injecting soak once spent its last 29 s in a pause that had
+    grown while it killed claimers every few seconds."""
+    port = free_port()
+    listener = Listener(items, tmp_path, "--poll", "0.5", "--metrics-port", str(port))
+    listeners.append(listener)
+    killed: list[int] = []
+
+    def new_claimer() -> list[int]:
+        return [pid for pid in spawned_children(listener.process.pid) if pid not in killed]
+
+    for death in range(1, 5):
+        wait_until(lambda: len(new_claimer()) == 1, 30, "a new claimer")
+        insert(items, death, 1)
+        counted = f'subs_events_handled_total{{tag="rec"}} {death}\n'
+        wait_until(lambda: counted in scrape_metrics(port), 30, "the claimer's report")  # noqa: B023
+        killed += new_claimer()
+        os.kill(killed[-1], signal.SIGKILL)
+        wait_until(lambda: listener.output().count("starting a new one in") == death, 30)  # noqa: B023
+    pauses = [float(pause) for pause in re.findall(r"starting a new one in ([\d.]+)s", listener.output())]
+    assert len(pauses) == 4 and max(pauses) <= 1.0, pauses
+    assert handled(listener.lines()) == [1, 2, 3, 4]
+
+
 CRASHING_IN_HANDLER_PROCESSES = """
 import multiprocessing, os
 from subscriptions import hookimpl

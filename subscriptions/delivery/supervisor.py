@@ -4,7 +4,7 @@ The supervisor holds no database connection while it runs: it starts the
 claimer process (worker.py; spawn: forking a process that has the embedded
 engine loaded hangs), which runs the ``--workers`` handler processes,
 restarts it when it dies (after a pause that grows while it keeps dying
-soon after its start), forwards SIGTERM/SIGINT for a graceful stop
+soon after its start without settling any event), forwards SIGTERM/SIGINT for a graceful stop
 bounded by ``--grace``, and kills it on a second signal. The claimer sends
 its handler outcomes to it for the metrics endpoint, and stamps a shared
 progress clock: one that stops stamping for longer than a handler may run
@@ -49,8 +49,9 @@ from .startup import rebuild_claim_index
 log = logging.getLogger("subs.listener")
 RESTART_DELAY = 1.0
 RESTART_DELAY_MAX = 30.0
-# A claimer that ran this long before it died is restarted after
-# RESTART_DELAY again, not after the grown pause of a crash loop.
+# A claimer that ran this long, or settled events, before it died is
+# restarted after RESTART_DELAY again, not after the grown pause of a crash
+# loop: the pause is for claimers that die before they get anything done.
 STEADY_RUN = 60.0
 RECOVERY_RETRY = 1.0
 STALL_MARGIN = 60.0
@@ -69,6 +70,10 @@ class Supervisor:
         self.workers: list[BaseProcess | None] = []
         self.progress: dict[BaseProcess, c_double] = {}
         self.started: dict[BaseProcess, float] = {}
+        # Events the claimer settled (handled, failed or dead), all told, and
+        # the count when each claimer started (one claimer runs at a time).
+        self.settled = 0
+        self.settled_before: dict[BaseProcess, int] = {}
         self.restart_pause = Backoff(RESTART_DELAY, RESTART_DELAY_MAX)
         # Monotonic times at which the claimer of a slot whose claimer died starts.
         self.restart_at: dict[int, float] = {}
@@ -166,6 +171,7 @@ class Supervisor:
         process.start()
         self.progress[process] = progress
         self.started[process] = time.monotonic()
+        self.settled_before[process] = self.settled
         return process
 
     def _kill_stalled(self) -> None:
@@ -198,6 +204,7 @@ class Supervisor:
                 return
             self.metrics.merge(delta)
             self.handled_since_rebuild += sum(counts.get("handled", 0) for counts in delta["events"].values())
+            self.settled += sum(sum(counts.values()) for counts in delta["events"].values())
 
     def _refresh_queue_metrics(self) -> None:
         try:
@@ -211,8 +218,10 @@ class Supervisor:
         finished) or its successor is due after a pause, during which a
         stop signal still ends the listener at once."""
         process.join()
+        self._collect_reports()  # what it sent before it died counts for it
         self.progress.pop(process, None)
         ran = time.monotonic() - self.started.pop(process)
+        settled = self.settled - self.settled_before.pop(process)
         self.workers[index] = None
         if self.stopping or (self.options.drain and process.exitcode == 0):
             return
@@ -222,7 +231,7 @@ class Supervisor:
             reason = recovery.exit_reason(process.exitcode, "claimer process")
             self.abandoned.put((reaper.owner(process.pid), reason))
         self.reap_now.set()
-        if ran >= STEADY_RUN:
+        if ran >= STEADY_RUN or settled:
             self.restart_pause.reset()
         pause = 0.0 if process.exitcode == worker.EXIT_RESTART else self.restart_pause.next_pause()
         log.warning(
