@@ -17,7 +17,8 @@ REBUILD_EVERY handled events and whenever it finds it unusable
 (housekeeping.py), and settles the capture
 triggers the application's DDL regenerated (capture/trigger_sync.py). The
 claimer and its handler processes die with their parent (a parent-death
-signal), so a SIGKILLed listener leaves none behind.
+signal), so a SIGKILLed listener leaves none behind. With --metrics-port, a
+thread of its own reads the queue depth every poll interval.
 """
 
 from __future__ import annotations
@@ -207,11 +208,18 @@ class Supervisor:
             self.settled += sum(sum(counts.values()) for counts in delta["events"].values())
 
     def _refresh_queue_metrics(self) -> None:
-        try:
-            with Database(self.options.settings) as db:
-                self.metrics.set_queue(read_queue_depth(db))
-        except (DatabaseError, SubsError) as exc:
-            log.warning("could not read queue depth: %s", first_line(exc))
+        """Queue-metrics thread (--metrics-port): the queue depth every poll
+        interval. Not in the main loop: on an embedded engine an attach can
+        stall for many seconds after a claimer's SIGKILL (tests/SOAK-NOTES.md,
+        4), and the main loop must meanwhile restart the claimer and stop
+        on a signal."""
+        while not self.done.is_set():
+            try:
+                with Database(self.options.settings) as db:
+                    self.metrics.set_queue(read_queue_depth(db))
+            except (DatabaseError, SubsError) as exc:
+                log.warning("could not read queue depth: %s", first_line(exc))
+            self.done.wait(self.options.poll)
 
     def _bury(self, index: int, process: BaseProcess) -> None:
         """A claimer that exited: its slot is done (stopping, or a drain that
@@ -249,16 +257,15 @@ class Supervisor:
 
     def run(self, *, with_queue_metrics: bool = False) -> int:
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        housekeeping_thread = threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)
+        threads = [threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)]
+        if with_queue_metrics:
+            threads.append(threading.Thread(target=self._refresh_queue_metrics, name="queue-metrics", daemon=True))
         try:
             self.workers = [self._start()]
-            housekeeping_thread.start()
-            next_queue_refresh = 0.0
+            for thread in threads:
+                thread.start()
             while True:
                 self._collect_reports()
-                if with_queue_metrics and time.monotonic() >= next_queue_refresh:
-                    self._refresh_queue_metrics()
-                    next_queue_refresh = time.monotonic() + self.options.poll
                 for index, process in enumerate(self.workers):
                     if process is not None and not process.is_alive():
                         self._bury(index, process)
@@ -279,8 +286,9 @@ class Supervisor:
             self.reap_now.set()
             for process in self._alive():
                 process.kill()
-            if housekeeping_thread.is_alive():
-                housekeeping_thread.join(5.0)
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join(5.0)
             self._collect_reports()
             self._record_last_minutes()
             for signum, handler in previous.items():
