@@ -280,15 +280,18 @@ class Soak:
     def kill(self) -> bool:
         """SIGKILL a random worker, or the whole listener (always the second
         time, so that even a short run has one; then by --listener-share).
-        False when there was nothing to kill yet (a listener still starting)."""
+        False when there was nothing to kill yet (a listener still starting);
+        a worker slot drawn while its process is not up yet is spared."""
         whole = self.kill_count == 1 or self.rng.random() < self.args.listener_share
-        killed = self.listener.kill_all() if whole else self.listener.kill_worker(self.rng)
-        if whole and killed:
+        killed = self.listener.kill_all() if whole else self.listener.kill_worker(self.rng, self.args.workers)
+        if killed is None or (whole and not killed):
+            return False
+        if whole:
             self.listener.start()
         self.kills += killed
         self.log_fault(*({"kind": k.kind, "at": k.at, "pid": k.pid} for k in killed))
         self.kill_count += bool(killed)
-        return bool(killed)
+        return True
 
     def log_fault(self, *faults: dict) -> None:
         """faults.jsonl in the work directory, for looking into a failed run later."""

@@ -120,12 +120,23 @@ class Listener:
             return []
         return [pid for pid in _all_pids() if (_stat(pid) or (0, 0))[1] == self.process.pid]
 
-    def kill_worker(self, rng: random.Random) -> list[Kill]:
-        """SIGKILL the claimer or one handler process, chosen at random."""
+    def kill_worker(self, rng: random.Random, handler_processes: int) -> list[Kill] | None:
+        """SIGKILL the process of one slot of the pool, drawn at random: the
+        claimer's or one of ``handler_processes`` handler processes'. A slot
+        whose process is not up yet is spared ([]); None when there is no
+        claimer at all. Drawing among the processes alive made a claimer that
+        had just started, alone for a moment, the victim of nearly every
+        kill; its restart pause grew (the supervisor's defence against crash
+        loops) until the soak ran out of time."""
         workers = self.workers()
-        if not workers:
+        handlers = sorted(pid for dying in workers.values() for pid in dying)
+        claimers = sorted(pid for pid in workers if pid not in handlers)
+        if not claimers:
+            return None
+        slot = rng.randrange(handler_processes + 1)
+        if slot >= len(handlers) + 1:
             return []
-        pid = rng.choice(sorted(workers))
+        pid = claimers[0] if slot == 0 else handlers[slot - 1]
         at = time.time()
         try:
             os.kill(pid, signal.SIGKILL)
