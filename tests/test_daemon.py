@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from subscriptions.cli import cli
 from subscriptions.errors import SubsError
 from subscriptions.ops import detach as daemon
 from subscriptions.ops import pidfile as pidfile_module
@@ -327,3 +329,21 @@ def test_systemd_unit_refuses_a_password_argument(argument: str) -> None:
             working_directory="/srv",
             environment_file="/etc/subs.env",
         )
+
+
+def test_systemd_unit_attaches_as_the_user_and_role_of_its_command_line(tmp_path: Path) -> None:
+    """Who the command line names goes into the unit; ISC_USER and SUBS_ROLE
+    from the shell are left to the environment file, where the password is."""
+    runner = CliRunner()
+    database = str(tmp_path / "app.fdb")
+    named = runner.invoke(
+        cli, ["-d", database, "--user", "listener", "--role", '"Mixed Role"', "systemd-unit", "--poll", "5"]
+    )
+    assert named.exit_code == 0, named.output
+    assert f' -d {database} --user listener --role "\\"Mixed Role\\"" listen --poll 5\n' in named.output
+    from_shell = runner.invoke(
+        cli, ["-d", database, "systemd-unit"], env={"ISC_USER": "listener", "SUBS_ROLE": "listeners"}
+    )
+    assert from_shell.exit_code == 0, from_shell.output
+    assert "--user" not in from_shell.output and "--role" not in from_shell.output
+    assert f" -d {database} listen\n" in from_shell.output

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import click
+from click.core import ParameterSource
 
 from subscriptions import logs
 from subscriptions.config import MAX_SECONDS
@@ -263,6 +264,17 @@ def stop(pidfile: str, timeout: float) -> None:
     click.echo(f"stopped subs listener pid {pid}")
 
 
+def _identity_arguments(ctx: click.Context) -> list[str]:
+    """The --user and --role typed on this command line, which the service must
+    attach with too; the environment file is where the rest of them belong."""
+    group = ctx.find_root()
+    arguments: list[str] = []
+    for option in ("user", "role"):
+        if group.get_parameter_source(option) is ParameterSource.COMMANDLINE:
+            arguments += [f"--{option}", group.params[option]]
+    return arguments
+
+
 @cli.command(name="systemd-unit", context_settings={"ignore_unknown_options": True})
 @click.option(
     "--environment-file",
@@ -283,6 +295,7 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
     config_path = app(ctx).config_path
     if config_path:
         arguments += ["--config", os.path.abspath(config_path)]
+    arguments += _identity_arguments(ctx)
     try:
         text = systemd.systemd_unit(
             executable=os.path.abspath(executable),
