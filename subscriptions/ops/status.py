@@ -102,16 +102,16 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
             tag=tag,
             active=active,
             paused=bool(paused),
-            pending=int(pending or 0),
-            in_flight=int(in_flight or 0),
-            failed=int(failed or 0),
-            dead=int(dead or 0),
+            pending=live - in_flight,
+            in_flight=in_flight,
+            failed=failed,
+            dead=dead,
             oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
             capture=states[table] if active else "removed",
             backfill=backfills.get(sub_id),
             listeners=tuple(listener for listener in listeners if active and listener.takes(tag)),
         )
-        for sub_id, table, action, tag, active, paused, pending, in_flight, failed, dead, oldest_ms in rows
+        for sub_id, table, action, tag, active, paused, live, in_flight, failed, dead, oldest_ms in rows
     ]
 
 
