@@ -30,6 +30,7 @@ from . import (
     w9_console,
     w10_handler_pool,
     w11_wide_tables,
+    w12_many_subscriptions,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -49,6 +50,7 @@ WORKLOADS = {
         w9_console,
         w10_handler_pool,
         w11_wide_tables,
+        w12_many_subscriptions,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

@@ -32,6 +32,8 @@ class Sizes:
     w9_large: int = 1_000_000
     w10_events: int = 3_000
     w11_rows: int = 2_000
+    w12_events: int = 20_000
+    w12_tables: int = 300
 
 
 FULL = Sizes()
@@ -53,6 +55,8 @@ QUICK = Sizes(
     w9_large=2_000,
     w10_events=100,
     w11_rows=40,
+    w12_events=100,
+    w12_tables=10,
 )
 
 

@@ -11,8 +11,13 @@ CREATE TABLE ITEMS (
 );
 
 -- name: w3_other_table
--- W3: one of the 19 idle tables beside ITEMS (60 subscriptions in all).
+-- W3: one of the 19 idle tables beside ITEMS (60 subscriptions in all);
+-- W12: one of the tables its events are spread over.
 CREATE TABLE {table} (ID INTEGER NOT NULL PRIMARY KEY, NAME VARCHAR(40));
+
+-- name: w12_other_insert
+-- W12: a row of one of the tables the events are spread over.
+INSERT INTO {table} (ID, NAME) VALUES (?, ?);
 
 -- name: items_insert
 INSERT INTO ITEMS (ID, NAME, SLEEP_MS) VALUES (?, ?, ?);

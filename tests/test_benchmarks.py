@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11")
+ALL = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W12")
 
 
 def run_quick(tmp_path: Path, *args: str) -> dict:
@@ -81,6 +81,9 @@ def test_quick_run_on_embedded_firebird_covers_every_workload(tmp_path):
     w11 = figures(data, "W11", "fb5")
     assert w11[("DOUBLE PRECISION", "first insert of an attachment")]["median"] > 0
     assert w11[("DOUBLE PRECISION, plain table", "first insert of an attachment")]["median"] > 0
+    w12 = figures(data, "W12", "fb5")
+    spread = [row for (case, metric), row in w12.items() if metric == "x one subscription"]
+    assert len(spread) == 2 and all(row["median"] > 0 for row in spread)
     assert data["machine"]["engines"]["fb5"]["server_mode"] == "SuperClassic"
 
 

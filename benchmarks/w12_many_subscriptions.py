@@ -1,0 +1,84 @@
+"""W12: many subscriptions. The same events logged for one subscription, or
+spread evenly over many tables each subscribed IUD: how fast `subs listen
+--drain` gets through them, ordered and parallel. A claim looks at every
+subscription its listener serves, so this is what a large schema costs."""
+
+from __future__ import annotations
+
+from subscriptions.capture import subscribers
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.db.sql import with_identifiers
+
+from .app import TAG, insert_items, sql, subscribed_items
+from .config import Context, Sizes
+from .engines import Engine
+from .listen import Listener
+
+NAME = "W12"
+ENGINES = ("fb5", "fb3")
+ORDERED = "ordered"
+SPREAD_RATE = "x one subscription"
+
+
+def parallel_case(sizes: Sizes) -> str:
+    return f"parallel ({sizes.workers} processes)"
+
+
+def spread_case(mode: str, sizes: Sizes) -> str:
+    return f"{mode}, {sizes.w12_tables} tables"
+
+
+def title(sizes: Sizes) -> str:
+    return (
+        f"many subscriptions: {sizes.w12_events:,} events of 1 subscription, or spread over "
+        f"{sizes.w12_tables} tables subscribed IUD ({3 * sizes.w12_tables + 1} subscriptions)"
+    )
+
+
+def _spread(settings: ConnectionSettings, tables: int, events: int) -> None:
+    """``tables`` tables beside ITEMS, each subscribed IUD, and ``events``
+    rows inserted over them in turn in one transaction."""
+    names = [f"OTHER_{number:03}" for number in range(1, tables + 1)]
+    with Database(settings) as db:
+        for name in names:
+            with db.transaction() as cursor:
+                cursor.execute(with_identifiers(sql()["w3_other_table"], table=name))
+            subscribers.add(db, name, "IUD", TAG)
+        with db.transaction() as cursor:
+            for key in range(1, events + 1):
+                table = names[key % tables]
+                cursor.execute(with_identifiers(sql()["w12_other_insert"], table=table), (key, f"row {key}"))
+
+
+def run(ctx: Context, engine: Engine) -> None:
+    rec, sizes = ctx.recorder, ctx.sizes
+    workers = ("--workers", str(sizes.workers))
+    modes = {ORDERED: workers, parallel_case(sizes): ("--mode", "parallel", *workers)}
+    for repeat in range(1, ctx.repeat + 1):
+        for mode, args in modes.items():
+            rates = {}
+            for case in (mode, spread_case(mode, sizes)):
+                ctx.progress(f"{NAME} {engine.name} repeat {repeat}/{ctx.repeat}: {case}")
+                settings = subscribed_items(engine, "w12")
+                try:
+                    if case == mode:
+                        insert_items(settings, sizes.w12_events)
+                    else:
+                        _spread(settings, sizes.w12_tables, sizes.w12_events)
+                    with Listener(engine, settings, ctx.workdir, "--drain", *args) as listener:
+                        outcome = listener.finish()
+                        listener.check_drained(settings, rec, NAME, engine.name)
+                finally:
+                    engine.drop(settings)
+                rates[case] = len(outcome.handled) / outcome.span
+                rec.add(NAME, engine.name, case, "events/s", "ev/s", rates[case], repeat)
+            spread = spread_case(mode, sizes)
+            rec.add(NAME, engine.name, spread, SPREAD_RATE, "x", rates[spread] / rates[mode], repeat)
+    rec.note(
+        NAME,
+        engine.name,
+        f"{sizes.w12_events:,} rows committed before the listener starts, then `subs listen --drain`; "
+        "rate: events over the time from the first handler's start to the last one's end; "
+        "no-op handler",
+    )
