@@ -312,6 +312,26 @@ def test_status_counts_an_event_in_flight_once_whatever_holds_it(items):
         assert (row["pending"], row["in_flight"], row["failed"], row["dead"]) == (1, 4, 1, 1)
 
 
+def test_a_parallel_claim_writes_nothing_for_a_subscription_with_nothing_to_claim(items):
+    """Its lease row is locked by a write only when there is a live event to
+    walk: with hundreds of subscriptions, mostly idle, every claim locked
+    (and left a record version on) each of them."""
+    insert(items, 1, 2)
+    leases = "SELECT SUB_ID, RDB$RECORD_VERSION FROM EVENT_LEASE ORDER BY SUB_ID"
+    with Database(items) as db:
+        targets = {t.sub_id: t for t in load_targets(db)}
+        inserts = next(t.sub_id for t in targets.values() if t.action == "I")
+        claimer = Claimer(db, "a:1", 30)
+        claimed = claimer.claim(targets, 10)
+        assert [key(e) for e in claimed] == [1, 2]
+        assert [sub_id for sub_id, _ in query(items, leases)] == [inserts]
+        assert claimer.claim(targets, 10) == []
+        versions = query(items, leases)
+        assert claimer.ack([e.id for e in claimed], {e.span for e in claimed}) == 2
+        assert claimer.claim(targets, 10) == [] and claimer.claim(targets, 10, resume=True) == []
+        assert query(items, leases) == versions
+
+
 def test_a_run_ends_at_an_event_that_is_not_available(items):
     """An event waiting for its retry splits the claim into two spans, and is
     claimed on its own once due: spans never overlap."""
