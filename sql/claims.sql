@@ -214,6 +214,15 @@ FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
     ORDER BY SUB_ID
     INTO :THE_SUB
 
+-- name: stream_leases
+-- Header of a loop over every subscription of the stream, paused or not,
+-- each into THE_SUB, to reach its EVENT_LEASE row by its key: with
+-- "SUB_ID IN (SELECT ...)" the engine read every lease row (2 ms a
+-- statement with 900 subscriptions).
+FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+    WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG
+    INTO :THE_SUB
+
 -- name: stream_variables
 -- The variables of stream_stop and stream_batch.
 DECLARE THE_SUB INTEGER;
@@ -332,9 +341,10 @@ BEGIN
             WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
     END
     {{stream_batch}}
-    UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
-    WHERE HOLDER = :OWNER
-      AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
+    {{stream_leases}}
+    DO
+        UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
+        WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
 END;
 
 -- name: claim_next
@@ -373,9 +383,11 @@ BEGIN
     {{stream_stop}}
     {{stream_batch}}
     IF (BATCH_LAST IS NOT NULL) THEN
-        UPDATE EVENT_LEASE SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
-        WHERE HOLDER = :OWNER
-          AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
+        {{stream_leases}}
+        DO
+            UPDATE EVENT_LEASE
+            SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO LOCALTIMESTAMP)
+            WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
 END;
 
 -- name: next_id
@@ -425,8 +437,16 @@ UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID IN (?, ...);
 -- name: release_lease
 -- The ordered batch of a stream (table, tag) is settled: its events that
 -- were not handled are pending again.
-UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
-WHERE HOLDER = ? AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = ? AND TAG = ?);
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?,
+               STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?)
+AS
+DECLARE THE_SUB INTEGER;
+BEGIN
+    {{stream_leases}}
+    DO
+        UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
+        WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
+END;
 
 -- name: release_spans
 -- The events of these spans (IDS) are settled: handled ones deleted in the
