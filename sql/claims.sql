@@ -194,17 +194,40 @@ BEGIN
     END
 END;
 
+-- name: head_available
+-- Subscription s's first live event is available now (one probe of the
+-- claim index).
+(SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}}
+ FROM EVENT_LOG E
+ WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
+ ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE
+
 -- name: ready
 -- Ordered mode: the subscriptions, not paused, whose first live event is
--- available now (one probe of the claim index each): only their streams
--- are worth a claim. A listener woken by one event claims one stream
--- instead of trying each of its streams in turn.
+-- available now: only their streams are worth a claim. A listener woken by
+-- one event claims one stream instead of trying each of its streams in turn.
 SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
-WHERE NOT s.PAUSED
-  AND (SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}}
-       FROM EVENT_LOG E
-       WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
-       ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE;
+WHERE NOT s.PAUSED AND {{head_available}};
+
+-- name: ready_among
+-- What `ready` says of the subscriptions in IDS (comma-separated) alone:
+-- those of the streams that became idle since all were probed.
+EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS (SUB_ID INTEGER)
+AS
+DECLARE ID BIGINT;
+BEGIN
+    IDS = IDS || ',';
+    WHILE (CHAR_LENGTH(IDS) > 1) DO
+    BEGIN
+        {{next_id}};
+        FOR SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
+            WHERE s.SUB_ID = :ID AND NOT s.PAUSED AND {{head_available}}
+            INTO :SUB_ID
+        DO
+            SUSPEND;
+    END
+END;
 
 -- name: stream_subscriptions
 -- Header of a loop over the subscriptions of the stream (STREAM_TABLE,
