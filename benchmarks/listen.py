@@ -17,6 +17,7 @@ from subscriptions.db.settings import ConnectionSettings
 
 from . import PACKAGE_DIR, PYTHON
 from .app import pending
+from .config import Context
 from .engines import Engine
 from .results import Recorder
 
@@ -168,3 +169,13 @@ class Listener:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def drain_rate(ctx: Context, engine: Engine, settings: ConnectionSettings, workload: str, *args: str) -> float:
+    """Events/s of ``subs listen --drain ARGS`` through what the log holds:
+    events handled over the span from the first handler's start to the last
+    one's end. What it left behind is noted for ``workload``."""
+    with Listener(engine, settings, ctx.workdir, "--drain", *args) as listener:
+        outcome = listener.finish()
+        listener.check_drained(settings, ctx.recorder, workload, engine.name)
+    return len(outcome.handled) / outcome.span

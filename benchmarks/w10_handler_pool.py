@@ -15,7 +15,7 @@ from subscriptions.db.connection import Database
 from .app import insert_sleepy_items, subscribed_items
 from .config import Context, Sizes
 from .engines import Engine
-from .listen import Listener
+from .listen import Listener, drain_rate
 
 NAME = "W10"
 ENGINES = ("fb5", "fb3")
@@ -45,12 +45,9 @@ def run(ctx: Context, engine: Engine) -> None:
             settings = subscribed_items(engine, "w10")
             try:
                 insert_sleepy_items(settings, [1] * sizes.w10_events)
-                with Listener(engine, settings, ctx.workdir, "--drain", *args) as listener:
-                    outcome = listener.finish()
-                    listener.check_drained(settings, rec, NAME, engine.name)
+                rates[case] = drain_rate(ctx, engine, settings, NAME, *args)
             finally:
                 engine.drop(settings)
-            rates[case] = len(outcome.handled) / outcome.span
             rec.add(NAME, engine.name, case, "events/s", "ev/s", rates[case], repeat)
         rec.add(NAME, engine.name, parallel, "x ordered", "x", rates[parallel] / rates[ORDERED], repeat)
         ctx.progress(f"{NAME} {engine.name} repeat {repeat}/{ctx.repeat}: {KILLED}")

@@ -13,7 +13,7 @@ from subscriptions.db.sql import with_identifiers
 from .app import TAG, insert_items, sql, subscribed_items
 from .config import Context, Sizes
 from .engines import Engine
-from .listen import Listener
+from .listen import drain_rate
 
 NAME = "W12"
 ENGINES = ("fb5", "fb3")
@@ -66,12 +66,9 @@ def run(ctx: Context, engine: Engine) -> None:
                         insert_items(settings, sizes.w12_events)
                     else:
                         _spread(settings, sizes.w12_tables, sizes.w12_events)
-                    with Listener(engine, settings, ctx.workdir, "--drain", *args) as listener:
-                        outcome = listener.finish()
-                        listener.check_drained(settings, rec, NAME, engine.name)
+                    rates[case] = drain_rate(ctx, engine, settings, NAME, *args)
                 finally:
                     engine.drop(settings)
-                rates[case] = len(outcome.handled) / outcome.span
                 rec.add(NAME, engine.name, case, "events/s", "ev/s", rates[case], repeat)
             spread = spread_case(mode, sizes)
             rec.add(NAME, engine.name, spread, SPREAD_RATE, "x", rates[spread] / rates[mode], repeat)
