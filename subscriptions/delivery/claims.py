@@ -248,20 +248,13 @@ class Claimer:
 
         return runs
 
-    def ready(self, among: Sequence[int] | None = None) -> set[int]:
-        """The subscriptions (of all, or ``among``) whose first live event
-        could be claimed now: the streams an ordered drain claims
-        (claim_head decides)."""
+    def ready(self) -> set[int]:
+        """The subscriptions whose first live event could be claimed now:
+        the streams an ordered drain claims (claim_head decides)."""
 
         def probe(cursor: Cursor) -> set[int]:
-            if among is None:
-                self._execute(cursor, self._sql["ready"], ())
-                return {row[0] for row in cursor.fetchall()}
-            found: set[int] = set()
-            for chunk in _id_lists(sorted(among)):
-                self._execute(cursor, self._sql["ready_among"], (chunk,))
-                found.update(row[0] for row in cursor.fetchall())
-            return found
+            self._execute(cursor, self._sql["ready"], ())
+            return {row[0] for row in cursor.fetchall()}
 
         return self._run(probe, tpb=nowait_tpb())
 
