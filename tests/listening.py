@@ -3,15 +3,21 @@ listens to: shared by the listener and reaper tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from firebird.driver import OnlineMode, ShutdownMethod, ShutdownMode, connect_server, driver_config
+
+from subscriptions.db import runtime
 from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
 
 from conftest import EngineWedged, credentials, query
 from soak_chaos import py_spy_dump
@@ -233,3 +239,31 @@ def supervise(settings, tmp_path: Path, monkeypatch, drive, **options):
     assert supervisor.run() == 0
     driver.join()
     return supervisor, record
+
+
+def spawned_children(pid: int) -> list[int]:
+    """The processes ``pid`` started with multiprocessing's spawn."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return sorted(int(child) for child in children if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text())
+
+
+@contextlib.contextmanager
+def shut_down(settings: ConnectionSettings) -> Iterator[None]:
+    """The database shut down as an operator does for maintenance (full,
+    forced: every attachment is cut off and none is let in), online again
+    afterwards; through the services API of the Firebird 3 server, or of the
+    embedded engine."""
+    runtime.load()
+    server, path = "", settings.target
+    if settings.is_remote:
+        server, path = "subs-tests-fb3", settings.dsn.split(":3050/", 1)[1]
+        if driver_config.get_server(server) is None:  # connect_server takes a server's name
+            config = driver_config.register_server(server)
+            config.host.value, config.port.value = "127.0.0.1", "3050"
+    with connect_server(server, user=settings.effective_user, password=settings.password) as service:
+        service.database.shutdown(database=path, mode=ShutdownMode.FULL, method=ShutdownMethod.FORCED, timeout=0)
+    try:
+        yield
+    finally:
+        with connect_server(server, user=settings.effective_user, password=settings.password) as service:
+            service.database.bring_online(database=path, mode=OnlineMode.NORMAL)

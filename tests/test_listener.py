@@ -22,7 +22,16 @@ from subscriptions.errors import SubsError
 
 import fb3server
 from conftest import Subs, execute, free_port, query, scrape_metrics, state, wait_until
-from listening import Listener, disconnect_others, handled, insert, remaining, supervise, worker_attached
+from listening import (
+    Listener,
+    disconnect_others,
+    handled,
+    insert,
+    remaining,
+    spawned_children,
+    supervise,
+    worker_attached,
+)
 
 
 @pytest.mark.parametrize("batch", ["7", "auto"])
@@ -729,12 +738,6 @@ def test_handler_processes_that_die_before_they_are_ready_are_started_again_afte
     assert pauses[0] <= 1.0 and pauses[2] >= 2.0, listener.output()
     assert listener.process.poll() is None and listener.lines() == []
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE ATTEMPTS = 0") == [(1,)]
-
-
-def spawned_children(pid: int) -> list[int]:
-    """The processes ``pid`` started with multiprocessing's spawn."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return sorted(int(child) for child in children if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text())
 
 
 @pytest.mark.parametrize("mode", ["parallel", "ordered"])

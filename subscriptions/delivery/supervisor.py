@@ -18,7 +18,8 @@ REBUILD_EVERY handled events and whenever it finds it unusable
 triggers the application's DDL regenerated (capture/trigger_sync.py). The
 claimer and its handler processes die with their parent (a parent-death
 signal), so a SIGKILLed listener leaves none behind. With --metrics-port, a
-thread of its own reads the queue depth every poll interval.
+thread of its own reads the queue depth every poll interval. While the
+database fails, housekeeping tries again after pauses that grow.
 """
 
 from __future__ import annotations
@@ -101,8 +102,15 @@ class Supervisor:
         settler = ChangedTriggerSettler()
         next_reap = time.monotonic() + reaper.REAP_INTERVAL
         next_prune = next_sample = time.monotonic()
+        # While the database fails (down, shut down), tries come less and less
+        # often: a warning a second for the length of an outage buries the log.
+        retry = Backoff(RECOVERY_RETRY, RESTART_DELAY_MAX)
+        retry_in: float | None = None
         while not self.done.is_set():
-            woken = self.reap_now.wait(RECOVERY_RETRY if unsettled else stats.RECORD_INTERVAL)
+            if retry_in is None:
+                retry_in = RECOVERY_RETRY if unsettled else stats.RECORD_INTERVAL
+            woken = self.reap_now.wait(retry_in)
+            retry_in = None
             self.reap_now.clear()
             if self.done.is_set() or self.stopping:
                 return
@@ -137,8 +145,10 @@ class Supervisor:
                     if rebuild and rebuild_claim_index(db):
                         self.handled_since_rebuild = 0
                     settler.settle(db)
+                retry.reset()
             except (DatabaseError, SubsError) as exc:
-                log.warning("housekeeping: %s", first_line(exc))
+                retry_in = retry.next_pause()
+                log.warning("housekeeping: %s; trying again in %.0fs", first_line(exc), retry_in)
 
     def _record(self, db: Database, minutes: stats.Minutes) -> None:
         """Record per-minute statistics; kept for the next try if that fails."""
