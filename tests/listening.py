@@ -45,15 +45,17 @@ def register_handlers(register):
 
 
 def handle(event):
-    """Behaves as the row's NOTE says: sleepN, fail, fail_once, fail_flagged
-    (while the file RECORD_FILE.fail exists), die_once (SIGKILLs its own
-    process), or nothing."""
+    """Behaves as the row's NOTE says: sleepN (on a first attempt), hang (an
+    hour, every attempt), fail, fail_once, fail_flagged (while the file
+    RECORD_FILE.fail exists), die_once (SIGKILLs its own process), or nothing."""
     note = (event.new or event.old or {}).get("NOTE") or ""
     append(event, "start")
     if note == "die_once" and event.attempt == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     if note.startswith("sleep") and event.attempt == 1:
         time.sleep(float(note[5:]))
+    if note == "hang":
+        time.sleep(3600)
     if note == "fail" or (note == "fail_once" and event.attempt == 1):
         raise RuntimeError(f"asked to fail ({note})")
     if note == "fail_flagged" and os.path.exists(RECORD + ".fail"):

@@ -40,6 +40,12 @@ CASES = {
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
     "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),
     "detach without pidfile": (["listen", "--detach"], "--detach needs --pidfile and --logfile", USAGE),
+    "drain patience without drain": (
+        ["listen", "--drain-patience", "5"],
+        "--drain-patience applies to --drain only",
+        USAGE,
+    ),
+    "negative drain patience": (["listen", "--drain", "--drain-patience", "-1"], "'--drain-patience'", USAGE),
     "pidfile without detach": (
         ["listen", "--pidfile", "{tmp}/subs.pid"],
         "--pidfile is written only with --detach",

@@ -11,9 +11,11 @@ import sys
 
 import click
 from click.core import ParameterSource
+from firebird.driver import DatabaseError
 
 from subscriptions import logs
 from subscriptions.config import MAX_SECONDS
+from subscriptions.db.errors import first_line
 from subscriptions.delivery import startup
 from subscriptions.delivery.metrics import OUTCOMES, Metrics
 from subscriptions.delivery.metrics_server import serve
@@ -151,6 +153,14 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     is_flag=True,
     help="Handle what is pending now, print a summary and exit; exit 1 if failing or dead events are left.",
 )
+@click.option(
+    "--drain-patience",
+    type=_SECONDS,
+    default=60.0,
+    show_default=True,
+    help="With --drain: seconds to go on while the database or the claimer keeps failing "
+    "and no event is settled; then give up and exit 1.",
+)
 @click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
 @click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
@@ -185,6 +195,7 @@ def listen(
     backoff_max: float,
     on_failure: str,
     drain: bool,
+    drain_patience: float,
 ) -> None:
     """Wait for subscribed changes and hand each event to its tag's handler."""
     if detach and not (pidfile and logfile):
@@ -193,6 +204,8 @@ def listen(
         raise click.UsageError("--pidfile is written only with --detach; add --detach or drop --pidfile")
     if backoff_min > backoff_max:
         raise click.UsageError(f"--backoff-min ({backoff_min:g}) is more than --backoff-max ({backoff_max:g})")
+    if not drain and ctx.get_parameter_source("drain_patience") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--drain-patience applies to --drain only; add --drain or drop it")
     if key_order and mode != PARALLEL:
         raise click.UsageError("--key-order needs --mode parallel (ordered mode already keeps log order)")
     options = ListenOptions(
@@ -216,6 +229,7 @@ def listen(
         backoff_max=backoff_max,
         on_failure=on_failure,
         drain=drain,
+        drain_patience=drain_patience,
     )
     if detach and pidfile and logfile:
         _check_in_fresh_process(options)
@@ -226,30 +240,38 @@ def listen(
     startup.prepare(options)
     metrics = Metrics()
     metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
+    supervisor = Supervisor(options, metrics)
     try:
-        Supervisor(options, metrics).run(with_queue_metrics=metrics_server is not None)
+        supervisor.run(with_queue_metrics=metrics_server is not None)
     finally:
         if metrics_server is not None:
             metrics_server.close()
     if drain:
-        ctx.exit(_drain_summary(options, metrics))
+        code = _drain_summary(options, metrics)
+        if supervisor.gave_up:
+            raise SubsError(f"the drain was given up: {supervisor.gave_up}; the events left wait for the next run")
+        ctx.exit(code)
 
 
 def _drain_summary(options: ListenOptions, metrics: Metrics) -> int:
     """Print what a --drain run did and left behind, in one line; 1 when it
-    left failing or dead events (for scripts and CI jobs)."""
+    left failing or dead events (for scripts and CI jobs), or when what it
+    left cannot be read."""
     done = {outcome: 0 for outcome in OUTCOMES}
     for counts in metrics.snapshot()["events"].values():
         for outcome in OUTCOMES:
             done[outcome] += counts.get(outcome, 0)
-    left = [s for s in read_status(options.settings) if not options.tags or s.tag in options.tags]
+    summary = f"drained: {done['handled']} handled, {done['failed']} failed attempt(s), {done['dead']} died; "
+    try:
+        statuses = read_status(options.settings)
+    except (DatabaseError, SubsError) as exc:
+        click.echo(f"{summary}left: not known ({first_line(exc)})")
+        return 1
+    left = [s for s in statuses if not options.tags or s.tag in options.tags]
     waiting = sum(s.pending + s.in_flight for s in left)
     failing = sum(s.failed for s in left)
     dead = sum(s.dead for s in left)
-    click.echo(
-        f"drained: {done['handled']} handled, {done['failed']} failed attempt(s), {done['dead']} died; "
-        f"left: {waiting} waiting, {failing} failing, {dead} dead"
-    )
+    click.echo(f"{summary}left: {waiting} waiting, {failing} failing, {dead} dead")
     return 1 if failing or dead else 0
 
 

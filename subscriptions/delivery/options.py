@@ -32,6 +32,7 @@ class ListenOptions:
     backoff_max: float = 300.0
     on_failure: str = DEAD
     drain: bool = False
+    drain_patience: float = 60.0  # seconds a drain goes on while nothing but failures happen
     log_level: str = "INFO"
     log_format: str = "text"
     log_file: str | None = None

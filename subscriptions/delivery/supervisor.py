@@ -3,23 +3,24 @@
 The supervisor holds no database connection while it runs: it starts the
 claimer process (worker.py; spawn: forking a process that has the embedded
 engine loaded hangs), which runs the ``--workers`` handler processes,
-restarts it when it dies (after a pause that grows while it keeps dying
-soon after its start without settling any event), forwards SIGTERM/SIGINT for a graceful stop
-bounded by ``--grace``, and kills it on a second signal. The claimer sends
-its handler outcomes to it for the metrics endpoint, and stamps a shared
-progress clock: one that stops stamping for longer than a handler may run
-plus a poll interval and ``STALL_MARGIN`` is killed and replaced. A
-housekeeping thread disconnects attachments the server keeps for dead
-claimers (reaper.py) when one dies and every REAP_INTERVAL, fails at once
-the events a dead claimer held (recovery.py), records the console's
-per-minute statistics (stats.py), rebuilds the claim index every
-REBUILD_EVERY handled events and whenever it finds it unusable
-(housekeeping.py), and settles the capture
-triggers the application's DDL regenerated (capture/trigger_sync.py). The
-claimer and its handler processes die with their parent (a parent-death
-signal), so a SIGKILLed listener leaves none behind. With --metrics-port, a
-thread of its own reads the queue depth every poll interval. While the
-database fails, housekeeping tries again after pauses that grow.
+restarts it when it dies (after a pause that grows while it keeps dying soon
+after its start without settling any event; with --drain, until that has
+gone on for --drain-patience, or the claimer gave up itself), forwards
+SIGTERM/SIGINT for a graceful stop bounded by ``--grace``, and kills it on a
+second signal. The claimer sends its handler outcomes to it for the metrics
+endpoint, and stamps a shared progress clock: one that stops stamping for
+longer than a handler may run plus a poll interval and ``STALL_MARGIN`` is
+killed and replaced. A housekeeping thread disconnects attachments the
+server keeps for dead claimers (reaper.py) when one dies and every
+REAP_INTERVAL, fails at once the events a dead claimer held (recovery.py),
+records the console's per-minute statistics (stats.py), rebuilds the claim
+index every REBUILD_EVERY handled events and whenever it finds it unusable
+(housekeeping.py), and settles the capture triggers the application's DDL
+regenerated (capture/trigger_sync.py). The claimer and its handler processes
+die with their parent (a parent-death signal), so a SIGKILLed listener
+leaves none behind. With --metrics-port, a thread of its own reads the queue
+depth every poll interval. While the database fails, housekeeping tries
+again after pauses that grow.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class Supervisor:
         self.done = threading.Event()
         self.handled_since_rebuild = 0
         self.recorder = reaper.owner()
+        # --drain: when claimers began dying without settling anything, and
+        # why the drain was given up (None while it goes on).
+        self.failing_since: float | None = None
+        self.gave_up: str | None = None
 
     def _housekeep(self) -> None:
         """Housekeeping thread: when a worker dies (reap_now) and every
@@ -243,6 +248,9 @@ class Supervisor:
         self.workers[index] = None
         if self.stopping or (self.options.drain and process.exitcode == 0):
             return
+        if self.options.drain and process.exitcode == worker.EXIT_GAVE_UP:
+            self.gave_up = "the database kept failing (see the log)"
+            return
         how = "reconnect" if process.exitcode == worker.EXIT_RESTART else recovery.exit_label(process.exitcode)
         self.metrics.count_process_exit("claimer", how)
         if process.pid is not None:
@@ -252,10 +260,30 @@ class Supervisor:
         if ran >= STEADY_RUN or settled:
             self.restart_pause.reset()
         pause = 0.0 if process.exitcode == worker.EXIT_RESTART else self.restart_pause.next_pause()
-        log.warning(
-            "worker pid %s %s; starting a new one in %.1fs", process.pid, recovery.how_it_ended(process.exitcode), pause
-        )
+        ended = recovery.how_it_ended(process.exitcode)
+        if self.options.drain:
+            pause = self._drain_pause(settled, pause, ended)
+            if self.gave_up:
+                log.error("giving up the drain: worker pid %s %s", process.pid, ended)
+                return
+        log.warning("worker pid %s %s; starting a new one in %.1fs", process.pid, ended, pause)
         self.restart_at[index] = time.monotonic() + pause
+
+    def _drain_pause(self, settled: int, pause: float, ended: str) -> float:
+        """--drain: the pause before the next claimer, cut short so that the
+        drain is given up (``gave_up``) once claimers have died without
+        settling any event for --drain-patience."""
+        if settled:
+            self.failing_since = None
+            return pause
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+        failing = now - self.failing_since
+        left = self.options.drain_patience - failing
+        if left <= 0:
+            self.gave_up = f"the claimer kept dying without settling an event for {failing:.0f}s ({ended})"
+        return min(pause, max(left, 0.0))
 
     def _restart_due(self) -> None:
         for index, due in list(self.restart_at.items()):

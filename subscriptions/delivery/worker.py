@@ -17,9 +17,12 @@ handler process that runs a transactional handler.
 A dead attachment shows up as an error in the next claim (at the latest after
 one poll interval); the claimer then exits with EXIT_RESTART without touching
 the dead handles and the supervisor starts a fresh one at once, which
-connects with backoff. The loop stamps ``progress`` (shared with the
-supervisor) as it goes; a claimer stuck anywhere, say in a driver call on a
-dead connection, stops stamping and the supervisor replaces it.
+connects with backoff. With --drain it gives up (EXIT_GAVE_UP) once the
+database has kept failing for --drain-patience: a drain is a job that must
+end, not a service that waits for the database to come back. The loop stamps
+``progress`` (shared with the supervisor) as it goes; a claimer stuck
+anywhere, say in a driver call on a dead connection, stops stamping and the
+supervisor replaces it.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ log = logging.getLogger("subs.worker")
 
 EXIT_OK = 0
 EXIT_RESTART = 3  # the connection died: start a fresh claimer at once
+EXIT_GAVE_UP = 4  # --drain: the database kept failing for --drain-patience
 RECONNECT_MAX = 30.0
 _TEARDOWN_TIMEOUT = 5.0
 CONFLICT_PAUSE = 0.05
@@ -207,6 +211,7 @@ class Worker:
             daemon=True,
         )
         heartbeat.start()
+        failing_since: float | None = None  # the first of the errors in a row
         try:
             while not self.stop.is_set():
                 self._stamp()
@@ -214,8 +219,9 @@ class Worker:
                     claimer = self.claimer or self._open()
                     if not self.targets_read:
                         claimer = self._refresh_targets(claimer)
-                    backoff.reset()
                     worked = self._drain(claimer)
+                    backoff.reset()
+                    failing_since = None
                     if self.options.drain and not worked:
                         return EXIT_OK
                     if not worked:
@@ -238,7 +244,17 @@ class Worker:
                         log.warning("%s: %s; restarting the claimer to reconnect", what, first_line(exc))
                         self.abandoned = lost
                         return EXIT_RESTART
+                    if failing_since is None:
+                        failing_since = time.monotonic()
+                    failing = time.monotonic() - failing_since
+                    if self.options.drain and failing >= self.options.drain_patience:
+                        log.error(
+                            "giving up the drain: the database kept failing for %.0fs: %s", failing, first_line(exc)
+                        )
+                        return EXIT_GAVE_UP
                     pause = backoff.next_pause()
+                    if self.options.drain:
+                        pause = min(pause, self.options.drain_patience - failing)
                     log.warning("database error: %s; reconnecting in %.1fs", first_line(exc), pause)
                     self._disconnect()
                     self.stop.wait(pause)
