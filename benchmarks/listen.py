@@ -163,7 +163,9 @@ class Listener:
 
     def _outcome(self, capped: bool) -> Outcome:
         wall = time.monotonic() - self.started
-        if self.process.returncode not in (0, -signal.SIGTERM) or "Traceback" in self.log():
+        # A drain that was stopped says so and exits 1.
+        stopped = (-signal.SIGTERM, 1) if "--drain" in self.args else (-signal.SIGTERM,)
+        if self.process.returncode not in (0, *(stopped if capped else ())) or "Traceback" in self.log():
             raise RuntimeError(f"subs listen exited with {self.process.returncode}:\n{self.log()[-3000:]}")
         return Outcome(self.handled(), wall, capped, self.log())
 

@@ -381,6 +381,23 @@ def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
     assert query(items, leases) == [(0,)], "unstarted events were not given back"
 
 
+def test_a_drain_stopped_before_it_ends_says_so_and_exits_1(items, tmp_path, listeners):
+    """A drain that SIGTERM (a timeout, a service stop) ends early lets its
+    running handler finish, then fails: a script must not take it for done."""
+    insert(items, 1, 1, "sleep2")
+    insert(items, 2, 5)
+    listener = Listener(items, tmp_path, "--drain", "--batch", "6")
+    listeners.append(listener)
+    listener.wait_for(lambda lines: lines)
+    listener.process.send_signal(signal.SIGTERM)
+    assert listener.finish(30) == 1, listener.output()
+    summary, error = listener.output().splitlines()[-2:]
+    assert summary == "drained: 1 handled, 0 failed attempt(s), 0 died; left: 5 waiting, 0 failing, 0 dead"
+    assert error == (
+        "Error: the drain was stopped (SIGTERM or SIGINT) before it ended; the events left wait for the next run"
+    )
+
+
 def test_notifications_wake_an_idle_listener(items, tmp_path, listeners):
     """With --poll 300, only the notification can bring the second row's event
     to the handler within seconds: the first row proves the worker is up and

@@ -151,7 +151,8 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 @click.option(
     "--drain",
     is_flag=True,
-    help="Handle what is pending now, print a summary and exit; exit 1 if failing or dead events are left.",
+    help="Handle what is pending now, print a summary and exit; exit 1 if failing or dead events are left, "
+    "or if it was stopped before it ended.",
 )
 @click.option(
     "--drain-patience",
@@ -248,9 +249,19 @@ def listen(
             metrics_server.close()
     if drain:
         code = _drain_summary(options, metrics)
-        if supervisor.gave_up:
-            raise SubsError(f"the drain was given up: {supervisor.gave_up}; the events left wait for the next run")
+        cut_short = _cut_short(supervisor)
+        if cut_short:
+            raise SubsError(f"the drain {cut_short}; the events left wait for the next run")
         ctx.exit(code)
+
+
+def _cut_short(supervisor: Supervisor) -> str | None:
+    """How a drain ended before it got through what it could handle, if it did."""
+    if supervisor.gave_up:
+        return f"was given up: {supervisor.gave_up}"
+    if supervisor.stopping:
+        return "was stopped (SIGTERM or SIGINT) before it ended"
+    return None
 
 
 def _drain_summary(options: ListenOptions, metrics: Metrics) -> int:
