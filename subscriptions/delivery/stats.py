@@ -15,7 +15,7 @@ import datetime as dt
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb
 
-from .metrics import read_queue_depth
+from .metrics import MAX_COUNTED
 
 RECORD_INTERVAL = 5.0  # seconds between writes while events are handled
 BACKLOG_INTERVAL = 60.0  # seconds between samples of the backlog
@@ -41,15 +41,14 @@ def record(db: Database, recorder: str, minutes: Minutes) -> None:
             cursor.execute(statements["add"], (server_minute, sub_id, recorder, handled, failed, dead))
 
 
-def record_backlog(db: Database, recorder: str) -> None:
-    """Sample every subscription's backlog into this minute's rows."""
-    depths = read_queue_depth(db)
+def record_backlog(db: Database, recorder: str, max_counted: int = MAX_COUNTED) -> None:
+    """Sample every subscription's backlog (its live events, counted up to
+    ``max_counted``) into this minute's rows."""
     statements = sql.load("stats")
     with db.transaction(nowait_tpb()) as cursor:
         cursor.execute(statements["server_time"])
         minute = cursor.fetchone()[0].replace(second=0, microsecond=0)
-        for depth in depths:
-            cursor.execute(statements["backlog"], (minute, depth.sub_id, recorder, depth.waiting + depth.in_flight))
+        cursor.execute(statements["record_backlog"], (minute, recorder, max_counted))
 
 
 def prune(db: Database, keep_minutes: int = KEEP_MINUTES) -> None:
