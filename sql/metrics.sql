@@ -5,7 +5,8 @@
 -- has in hand) and failed (waiting for a retry); its dead events counted up to
 -- MAX_COUNTED (DEAD_MORE); the oldest live event's age in ms. The cost of a
 -- refresh does not grow with the length of the log. Read by the metrics
--- endpoint, the listener's backlog samples and the console's overview.
+-- endpoint and the console's overview (the listener's backlog samples
+-- count the same live events: stats.sql's record_backlog).
 EXECUTE BLOCK (MAX_COUNTED INTEGER = ?)
 RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(1) CHARACTER SET ASCII,
          TAG VARCHAR(40) CHARACTER SET ASCII, PENDING INTEGER, IN_FLIGHT INTEGER, OLDEST_MS BIGINT,
