@@ -13,11 +13,15 @@ Settings (``[handlers.webhook]`` in subs.toml, or ``SUBS__WEBHOOK__<KEY>``):
 The body is ``Event.to_json()``, with the headers ``X-Subs-Event-Id`` and
 ``X-Subs-Attempt``. Any 2xx status is a delivery; any other status (redirects
 are not followed), a connection error or a timeout is a failure, retried later.
+A 429 or 503 answer's ``Retry-After`` (seconds or an HTTP date, up to an hour)
+is honoured: the next attempt waits at least that long.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import email.utils
 import http.client
 import urllib.error
 import urllib.parse
@@ -27,10 +31,14 @@ from typing import Any
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
-from subscriptions.errors import SubsError
+from subscriptions.errors import RetryLater, SubsError
 from subscriptions.events import Event
 
 DEFAULT_TIMEOUT = 10.0
+# Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
+_THROTTLED = (429, 503)
+# A longer Retry-After is taken as this: a receiver's mistake should not park events for days.
+MAX_RETRY_AFTER = 3600.0
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -69,6 +77,25 @@ def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[s
     return str(url), timeout, {str(k): str(v) for k, v in headers.items()}
 
 
+def _retry_after(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks us to wait (delay-seconds or an
+    HTTP date), at most MAX_RETRY_AFTER; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # "-0000": RFC 5322's unknown zone, which HTTP dates mean as UTC
+            when = when.replace(tzinfo=dt.timezone.utc)
+        seconds = (when - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
 def post(event: Event, settings: Mapping[str, Any]) -> None:
     """POST the event; raise unless the server answers 2xx within the timeout."""
     url, timeout, extra = _settings(event.tag, settings)
@@ -89,7 +116,11 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
             response.read()
     except urllib.error.HTTPError as exc:
         exc.close()
-        raise RuntimeError(f"webhook {shown}: HTTP {exc.code} {exc.reason}") from None
+        failure = f"webhook {shown}: HTTP {exc.code} {exc.reason}"
+        wait = _retry_after(exc.headers.get("Retry-After")) if exc.code in _THROTTLED else None
+        if wait is not None:
+            raise RetryLater(f"{failure}; Retry-After {wait:g} s", wait) from None
+        raise RuntimeError(failure) from None
     except (OSError, http.client.HTTPException) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, TimeoutError):

@@ -1,5 +1,26 @@
-"""The one exception type that the CLI turns into a one-line error."""
+"""Exceptions of the public API: ``SubsError``, the one type the CLI turns
+into a one-line error, and ``RetryLater``, which a handler raises to set
+when its event is tried again."""
+
+from __future__ import annotations
+
+# A retry further out than this is a mistake (a date read as seconds, say):
+# an event due a year from now looks lost to its operator.
+MAX_RETRY_AFTER = 7 * 24 * 3600.0
 
 
 class SubsError(Exception):
     """A problem the user can fix; the message says what is wrong and what to do."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler: this attempt failed, and the next must wait at
+    least ``seconds`` (a receiver's Retry-After, a rate limit's reset), or
+    the backoff's delay when that is longer. It counts as an attempt like
+    any failure, so the event still goes dead after --max-attempts."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        if not 0 <= seconds <= MAX_RETRY_AFTER:
+            raise ValueError(f"RetryLater needs 0 to {MAX_RETRY_AFTER:g} seconds, not {seconds!r}")
+        super().__init__(message)
+        self.seconds = float(seconds)

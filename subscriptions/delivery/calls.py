@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from subscriptions.errors import RetryLater
 from subscriptions.events import Event
 
 log = logging.getLogger("subs.handler")
@@ -37,6 +38,12 @@ def invoke(function: Callable[..., object], argument: object) -> object:
 def describe(error: BaseException) -> str:
     """How a failed attempt's error is stored and logged."""
     return f"{type(error).__name__}: {error}"
+
+
+def retry_after(error: BaseException | None) -> float | None:
+    """The least delay before the next attempt that a handler asked for by
+    raising RetryLater, if it did."""
+    return error.seconds if isinstance(error, RetryLater) else None
 
 
 class Caller:

@@ -191,7 +191,7 @@ class Dispatcher:
                     slot.done.append(event.id)
                     self._observe(event, "handled", report.seconds)
                 else:
-                    self._failed(claimer, event, report.error, report.seconds)
+                    self._failed(claimer, event, report.error, report.seconds, report.retry_after)
             if slot.reported == len(job.events):
                 self._finish(claimer, slot)
                 ended = True
@@ -292,10 +292,13 @@ class Dispatcher:
                 del self._unsettled[event.span]
                 self._settled_spans.append(event.span)
 
-    def _failed(self, claimer: Claimer, event: Claimed, error: str, seconds: float) -> None:
-        """Record a failed attempt, retried by backoff or dead."""
+    def _failed(
+        self, claimer: Claimer, event: Claimed, error: str, seconds: float, retry_after: float | None = None
+    ) -> None:
+        """Record a failed attempt, retried by backoff (or after the delay
+        its handler asked for, when longer) or dead."""
         dead = self.options.is_last_attempt(event.attempt)
-        delay = 0.0 if dead else self.options.retry_delay(event.attempt)
+        delay = 0.0 if dead else max(self.options.retry_delay(event.attempt), retry_after or 0.0)
         if not dead:
             heapq.heappush(self._retries_due, time.monotonic() + delay)
         with self.in_flight.settling:

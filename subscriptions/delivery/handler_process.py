@@ -32,7 +32,7 @@ from subscriptions.events import Event
 from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
 from . import lifeline
-from .calls import Call, Caller, describe
+from .calls import Call, Caller, describe, retry_after
 from .claimed import Claimed
 from .options import ListenOptions
 
@@ -72,12 +72,14 @@ class Job:
 @dataclass(frozen=True)
 class Report:
     """How one event of a job went: ``error`` is what its attempt failed
-    with; not ``started``: never handed to its handler."""
+    with, ``retry_after`` the least delay its handler asked for before the
+    next (RetryLater); not ``started``: never handed to its handler."""
 
     event_id: int
     error: str | None
     seconds: float
     started: bool = True
+    retry_after: float | None = None
 
 
 class Reporter:
@@ -149,7 +151,8 @@ class Runner:
             reports = []
             for event, error in zip(call.events, errors, strict=True):
                 if carry_on:
-                    reports.append(Report(event.id, None if error is None else describe(error), seconds))
+                    described = None if error is None else describe(error)
+                    reports.append(Report(event.id, described, seconds, retry_after=retry_after(error)))
                 else:  # in order, after a failed event of the same batch call
                     reports.append(Report(event.id, None, 0.0, started=False))
                 carry_on = carry_on and (error is None or not job.in_order)
