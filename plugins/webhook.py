@@ -9,9 +9,18 @@ Settings (``[handlers.webhook]`` in subs.toml, or ``SUBS__WEBHOOK__<KEY>``):
     Seconds to wait for the connection and for each read (default 10).
 ``headers``
     A table of extra request headers, e.g. ``headers = { Authorization = "Bearer ..." }``.
+``secret``
+    Sign each request as Standard Webhooks (standardwebhooks.com) says, so the
+    receiver can check that it comes from us, unchanged and recent: a secret
+    ``whsec_<base64 of 24 to 64 random bytes>``, or several (a list, or
+    separated by spaces) while the receiver moves to a new one: each signs.
+    Never shown in messages.
 
 The body is ``Event.to_json()``, with the headers ``X-Subs-Event-Id`` and
-``X-Subs-Attempt``. Any 2xx status is a delivery; any other status (redirects
+``X-Subs-Attempt``; with a secret also ``webhook-id`` (the event's idempotency
+key, the same on every attempt), ``webhook-timestamp`` (Unix seconds of this
+attempt) and ``webhook-signature`` (``v1,<base64 HMAC-SHA256 of
+id.timestamp.body>`` per secret, space-separated). Any 2xx status is a delivery; any other status (redirects
 are not followed), a connection error or a timeout is a failure, retried later.
 A 429 or 503 answer's ``Retry-After`` (seconds or an HTTP date, up to an hour)
 is honoured: the next attempt waits at least that long.
@@ -20,13 +29,18 @@ is honoured: the next attempt waits at least that long.
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import email.utils
+import hashlib
+import hmac
 import http.client
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from subscriptions import hookimpl
@@ -50,6 +64,55 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 _opener = urllib.request.build_opener(_NoRedirect)
 
+SECRET_PREFIX = "whsec_"
+# Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
+SECRET_BYTES = (24, 64)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how one tag's events are posted."""
+
+    url: str
+    timeout: float
+    headers: dict[str, str]
+    keys: tuple[bytes, ...]  # the decoded signing secrets
+
+
+def _keys(tag: str, secret: Any) -> tuple[bytes, ...]:
+    """The HMAC keys of ``secret`` (one or a list); messages never show it."""
+    secrets = secret.split() if isinstance(secret, str) else secret
+    if not isinstance(secrets, list) or not secrets:
+        raise SubsError(f'[handlers.{tag}] secret must be "whsec_..." or a list of them')
+    keys = []
+    for number, text in enumerate(secrets, 1):
+        which = f"[handlers.{tag}] secret" + (f" number {number}" if len(secrets) > 1 else "")
+        try:
+            if not isinstance(text, str) or not text.startswith(SECRET_PREFIX):
+                raise ValueError
+            key = base64.b64decode(text.removeprefix(SECRET_PREFIX), validate=True)
+        except (ValueError, binascii.Error):
+            raise SubsError(
+                f"{which} is not whsec_ followed by base64; make one with: python3 -c "
+                "'import base64, os; print(\"whsec_\" + base64.b64encode(os.urandom(32)).decode())'"
+            ) from None
+        if not SECRET_BYTES[0] <= len(key) <= SECRET_BYTES[1]:
+            raise SubsError(f"{which} holds {len(key)} bytes; use {SECRET_BYTES[0]} to {SECRET_BYTES[1]} random bytes")
+        keys.append(key)
+    return tuple(keys)
+
+
+def signature_headers(keys: tuple[bytes, ...], message_id: str, body: bytes, now: float) -> dict[str, str]:
+    """Standard Webhooks' three headers for ``body`` sent at ``now``."""
+    timestamp = str(int(now))
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    signatures = (base64.b64encode(hmac.digest(key, signed, hashlib.sha256)).decode("ascii") for key in keys)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": timestamp,
+        "webhook-signature": " ".join(f"v1,{signature}" for signature in signatures),
+    }
+
 
 def _split_credentials(url: str) -> tuple[str, str | None]:
     """The URL without ``user:pass@`` and the basic-auth header value for it, if any."""
@@ -61,7 +124,7 @@ def _split_credentials(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), auth
 
 
-def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[str, str]]:
+def _target(tag: str, settings: Mapping[str, Any]) -> Target:
     url = settings.get("url")
     if not url:
         raise SubsError(
@@ -74,7 +137,9 @@ def _settings(tag: str, settings: Mapping[str, Any]) -> tuple[str, float, dict[s
     headers = settings.get("headers", {})
     if not isinstance(headers, Mapping):
         raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
-    return str(url), timeout, {str(k): str(v) for k, v in headers.items()}
+    secret = settings.get("secret")
+    keys = _keys(tag, secret) if secret is not None else ()
+    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -98,21 +163,24 @@ def _retry_after(value: str | None) -> float | None:
 
 def post(event: Event, settings: Mapping[str, Any]) -> None:
     """POST the event; raise unless the server answers 2xx within the timeout."""
-    url, timeout, extra = _settings(event.tag, settings)
-    url, auth = _split_credentials(url)
+    target = _target(event.tag, settings)
+    url, auth = _split_credentials(target.url)
+    body = event.to_json().encode("utf-8")
     headers = {
-        **extra,
+        **target.headers,
         "Content-Type": "application/json",
         "X-Subs-Event-Id": str(event.id),
         "X-Subs-Attempt": str(event.attempt),
     }
     if auth:
         headers["Authorization"] = auth
-    request = urllib.request.Request(url, event.to_json().encode("utf-8"), headers, method="POST")
+    if target.keys:
+        headers.update(signature_headers(target.keys, event.idempotency_key, body, time.time()))
+    request = urllib.request.Request(url, body, headers, method="POST")
     # Messages name the URL without its query string, which may hold a token.
     shown = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(query="", fragment=""))
     try:
-        with _opener.open(request, timeout=timeout) as response:
+        with _opener.open(request, timeout=target.timeout) as response:
             response.read()
     except urllib.error.HTTPError as exc:
         exc.close()
@@ -124,12 +192,12 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
     except (OSError, http.client.HTTPException) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, TimeoutError):
-            reason = f"no answer within {timeout:g} s"
+            reason = f"no answer within {target.timeout:g} s"
         raise RuntimeError(f"webhook {shown}: {reason}") from None
 
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("webhook", config).items():
-        _settings(tag, settings)  # a missing url is a start-up error, not a retried failure
+        _target(tag, settings)  # a missing url is a start-up error, not a retried failure
     register("webhook", lambda event: post(event, config.get(event.tag, {})))

@@ -32,6 +32,7 @@ def make_event(
     id: int = 1,
     created_at: dt.datetime | None = None,
     subscription_id: int = 1,
+    database_id: str = "",
 ) -> Event:
     """An event shaped like a captured one: ``pk`` defaults to ``{"ID": id}``;
     ``new`` (inserts, updates) and ``old`` (updates, deletes) default to ``pk``."""
@@ -53,6 +54,7 @@ def make_event(
         attempt=attempt,
         created_at=created_at or dt.datetime.now(),
         subscription_id=subscription_id,
+        database_id=database_id,
     )
 
 

@@ -28,6 +28,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema import upgrade as schema
 
 import fb3server
+import httppeer
 
 # The embedded engine is named after the firebird-embedded wheel in use.
 EMBEDDED = "fb" + FirebirdProvider().firebird_version.split(".")[0]
@@ -270,6 +271,13 @@ def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
         time.sleep(0.05)
+
+
+@pytest.fixture
+def http_peer() -> Iterator[httppeer.HttpPeer]:
+    """A real HTTP server for webhooks (tests/httppeer.py says how it answers)."""
+    with httppeer.serving() as peer:
+        yield peer
 
 
 def free_port() -> int:

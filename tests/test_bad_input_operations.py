@@ -84,6 +84,7 @@ CASES = {
     "config dsn not a string": (["--config", "{tmp}/dsn.toml", "list"], "[database] dsn must be a string", 1),
     "config with a misspelt key": (["--config", "{tmp}/key.toml", "list"], "unknown [database] key(s) pasword", 1),
     "webhook without url": (["--config", "{tmp}/webhook.toml", "listen"], "url", 1),
+    "webhook with a short secret": (["--config", "{tmp}/secret.toml", "listen"], "secret holds 9 bytes; use 24", 1),
 }
 
 FILES = {
@@ -94,6 +95,7 @@ FILES = {
     "dsn.toml": "[database]\ndsn = 5\n",
     "key.toml": "[database]\npasword = 'x'\n",
     "webhook.toml": "[handlers.webhook]\ntimeout = 3\n",
+    "secret.toml": '[handlers.webhook]\nurl = "http://127.0.0.1:9/"\nsecret = "whsec_c2hvcnRvbmUh"\n',
 }
 
 

@@ -1,22 +1,18 @@
-"""The built-in handlers against real peers on 127.0.0.1 (an HTTP server, an
-SMTP server, subprocesses, files), and the subscriptions.testing helpers.
-No database is needed."""
+"""The built-in handlers against real peers on 127.0.0.1 (an SMTP server,
+subprocesses, files; the webhook's HTTP server is test_webhook.py's), and
+the subscriptions.testing helpers. No database is needed."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import email
 import email.policy
 import json
 import shlex
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,113 +31,6 @@ LOOPBACK = "127.0.0.1"
 def handler(tag: str, settings: dict[str, Any]):
     """The function the listener would call for ``tag`` with these settings."""
     return load_handlers(config={tag: settings})[tag]
-
-
-# --- webhook -----------------------------------------------------------------
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class HttpPeer:
-    base: str
-    requests: list[Received] = field(default_factory=list)
-
-
-@pytest.fixture
-def http_peer() -> Iterator[HttpPeer]:
-    """Answers /ok 200, /empty 204, /fail 500, /redirect 302; /slow never answers."""
-    release = threading.Event()
-    peer = HttpPeer("")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            peer.requests.append(Received(self.path, dict(self.headers), body))
-            if self.path.startswith("/slow"):
-                release.wait(5)
-                self.close_connection = True
-                return
-            status = {"/empty": 204, "/fail": 500, "/redirect": 302}.get(self.path.partition("?")[0], 200)
-            self.send_response(status)
-            if status == 302:
-                self.send_header("Location", "/ok")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    peer.base = f"http://{LOOPBACK}:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield peer
-    release.set()
-    server.shutdown()
-    server.server_close()
-
-
-def test_webhook_posts_event_json_with_headers(http_peer: HttpPeer) -> None:
-    post = handler("webhook", {"url": f"{http_peer.base}/ok", "headers": {"X-Token": "t0k"}})
-    event = make_event(
-        "webhook", table="ORDERS", action="U", id=42, attempt=3, new={"ID": 42, "AMOUNT": Decimal("9.90")}
-    )
-    deliver(post, event)
-    [request] = http_peer.requests
-    assert request.path == "/ok"
-    assert request.headers["Content-Type"] == "application/json"
-    assert request.headers["X-Subs-Event-Id"] == "42"
-    assert request.headers["X-Subs-Attempt"] == "3"
-    assert request.headers["X-Token"] == "t0k"
-    body = json.loads(request.body)
-    assert body["table"] == "ORDERS" and body["action"] == "U" and body["tag"] == "webhook"
-    assert body["new"] == {"ID": 42, "AMOUNT": "9.90"}
-
-
-def test_webhook_accepts_204(http_peer: HttpPeer) -> None:
-    deliver(handler("webhook", {"url": f"{http_peer.base}/empty"}), make_event("webhook"))
-    assert len(http_peer.requests) == 1
-
-
-def test_webhook_sends_url_credentials_as_basic_auth_and_hides_them(http_peer: HttpPeer) -> None:
-    url = http_peer.base.replace("//", "//alice:s3cr%40t@") + "/fail?token=hidden"
-    with pytest.raises(RuntimeError) as failure:
-        deliver(handler("webhook", {"url": url}), make_event("webhook"))
-    message = str(failure.value)
-    assert "HTTP 500" in message and f"{http_peer.base}/fail" in message
-    assert "s3cr" not in message and "alice" not in message and "hidden" not in message
-    auth = http_peer.requests[0].headers["Authorization"]
-    assert base64.b64decode(auth.removeprefix("Basic ")) == b"alice:s3cr@t"
-
-
-def test_webhook_does_not_follow_redirects(http_peer: HttpPeer) -> None:
-    with pytest.raises(RuntimeError, match="HTTP 302"):
-        deliver(handler("webhook", {"url": f"{http_peer.base}/redirect"}), make_event("webhook"))
-    assert [r.path for r in http_peer.requests] == ["/redirect"]
-
-
-def test_webhook_times_out(http_peer: HttpPeer) -> None:
-    start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"/slow: no answer within 0.5 s"):
-        deliver(handler("webhook", {"url": f"{http_peer.base}/slow", "timeout": "0.5"}), make_event("webhook"))
-    assert time.monotonic() - start < 3
-
-
-def test_webhook_fails_on_closed_port() -> None:
-    url = f"http://{LOOPBACK}:{free_port()}/hook"
-    with pytest.raises(RuntimeError, match=r"webhook http://127\.0\.0\.1:\d+/hook: .*refused"):
-        deliver(handler("webhook", {"url": url, "timeout": 2}), make_event("webhook"))
-
-
-def test_webhook_without_url_says_how_to_set_it() -> None:
-    with pytest.raises(SubsError, match=r"\[handlers\.webhook\] url = .*SUBS__WEBHOOK__URL"):
-        deliver(handler("webhook", {}), make_event("webhook"))
 
 
 # --- send_email --------------------------------------------------------------
@@ -362,18 +251,6 @@ def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragme
     with pytest.raises(SubsError) as error:
         load_handlers(config=config)
     assert fragment in str(error.value)
-
-
-def test_alias_tag_posts_to_its_own_url(http_peer: HttpPeer) -> None:
-    config = {
-        "webhook": {"url": f"{http_peer.base}/main"},
-        "audit": {"use": "webhook", "url": f"{http_peer.base}/audit"},
-    }
-    handlers = load_handlers(config=config)
-    deliver(handlers["audit"], make_event("audit"))
-    deliver(handlers["webhook"], make_event("webhook"))
-    assert [r.path for r in http_peer.requests] == ["/audit", "/main"]
-    assert json.loads(http_peer.requests[0].body)["tag"] == "audit"
 
 
 PLUGIN = """
