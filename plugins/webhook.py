@@ -15,15 +15,23 @@ Settings (``[handlers.webhook]`` in subs.toml, or ``SUBS__WEBHOOK__<KEY>``):
     ``whsec_<base64 of 24 to 64 random bytes>``, or several (a list, or
     separated by spaces) while the receiver moves to a new one: each signs.
     Never shown in messages.
+``ca_file``
+    For an https URL: a PEM file of the certificate authorities to trust
+    instead of the system's (a receiver with a certificate of your own CA).
+``client_cert``, ``client_key``
+    For an https URL whose receiver asks for a client certificate (mutual
+    TLS): PEM files of the certificate and its unencrypted private key (or
+    both in ``client_cert``).
 
 The body is ``Event.to_json()``, with the headers ``X-Subs-Event-Id`` and
 ``X-Subs-Attempt``; with a secret also ``webhook-id`` (the event's idempotency
 key, the same on every attempt), ``webhook-timestamp`` (Unix seconds of this
 attempt) and ``webhook-signature`` (``v1,<base64 HMAC-SHA256 of
-id.timestamp.body>`` per secret, space-separated). Any 2xx status is a delivery; any other status (redirects
-are not followed), a connection error or a timeout is a failure, retried later.
-A 429 or 503 answer's ``Retry-After`` (seconds or an HTTP date, up to an hour)
-is honoured: the next attempt waits at least that long.
+id.timestamp.body>`` per secret, space-separated). Any 2xx status is a
+delivery; any other status (redirects are not followed), a connection error
+or a timeout is a failure, retried later. A 429 or 503 answer's
+``Retry-After`` (seconds or an HTTP date, up to an hour) is honoured: the
+next attempt waits at least that long.
 """
 
 from __future__ import annotations
@@ -32,9 +40,12 @@ import base64
 import binascii
 import datetime as dt
 import email.utils
+import functools
 import hashlib
 import hmac
 import http.client
+import os
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -53,6 +64,7 @@ DEFAULT_TIMEOUT = 10.0
 _THROTTLED = (429, 503)
 # A longer Retry-After is taken as this: a receiver's mistake should not park events for days.
 MAX_RETRY_AFTER = 3600.0
+_TLS_FILES = ("ca_file", "client_cert", "client_key")
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -62,7 +74,36 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_opener = urllib.request.build_opener(_NoRedirect)
+class _TlsFileError(ValueError):
+    """A TLS file that is missing or not what its setting says: ``args`` are
+    the setting's name and the reason."""
+
+
+@functools.cache
+def _opener(ca_file: str | None, client_cert: str | None, client_key: str | None) -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect and, for https, trusts ``ca_file``
+    (else the system's authorities) and shows ``client_cert``: built once
+    per setting, as loading the files costs more than a request."""
+    for name, path in (("ca_file", ca_file), ("client_cert", client_cert), ("client_key", client_key)):
+        if path is not None and not os.path.isfile(path):
+            raise _TlsFileError(name, f"{path} is not a file")
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError as exc:
+        raise _TlsFileError("ca_file", f"{ca_file} holds no PEM certificate ({exc.reason})") from None
+    except OSError as exc:  # not readable by this user
+        raise _TlsFileError("ca_file", f"{ca_file}: {exc.strerror}") from None
+    if client_cert:
+        which = "client_cert and client_key" if client_key else "client_cert"
+        try:
+            context.load_cert_chain(client_cert, client_key)
+        except ssl.SSLError as exc:
+            reason = f"not a PEM certificate and its private key ({exc.reason or exc.strerror})"
+            raise _TlsFileError(which, reason) from None
+        except OSError as exc:
+            raise _TlsFileError(which, f"{exc.strerror}") from None
+    return urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+
 
 SECRET_PREFIX = "whsec_"
 # Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
@@ -77,6 +118,7 @@ class Target:
     timeout: float
     headers: dict[str, str]
     keys: tuple[bytes, ...]  # the decoded signing secrets
+    opener: urllib.request.OpenerDirector
 
 
 def _keys(tag: str, secret: Any) -> tuple[bytes, ...]:
@@ -131,7 +173,8 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
             f'handler {tag!r} has no url: set [handlers.{tag}] url = "https://..." in subs.toml '
             f"or the environment variable SUBS__{tag.upper()}__URL"
         )
-    if urllib.parse.urlsplit(str(url)).scheme not in ("http", "https"):
+    scheme = urllib.parse.urlsplit(str(url)).scheme
+    if scheme not in ("http", "https"):
         raise SubsError(f"[handlers.{tag}] url must start with http:// or https://")
     timeout = positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     headers = settings.get("headers", {})
@@ -139,7 +182,27 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
         raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
     secret = settings.get("secret")
     keys = _keys(tag, secret) if secret is not None else ()
-    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys)
+    opener = _tls_opener(tag, settings, scheme)
+    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, opener)
+
+
+def _tls_opener(tag: str, settings: Mapping[str, Any], scheme: str) -> urllib.request.OpenerDirector:
+    """The opener for the TLS settings; a file that is missing or not what
+    its setting says is a start-up error."""
+    files = {name: settings.get(name) for name in _TLS_FILES}
+    given = [name for name, path in files.items() if path is not None]
+    if given and scheme != "https":
+        raise SubsError(f"[handlers.{tag}] {', '.join(given)}: for https:// urls only")
+    for name in given:
+        if not isinstance(files[name], str) or not files[name]:
+            raise SubsError(f'[handlers.{tag}] {name} must be the path of a PEM file, e.g. "/etc/subs/{name}.pem"')
+    if files["client_key"] and not files["client_cert"]:
+        raise SubsError(f"[handlers.{tag}] client_key needs client_cert, the certificate it goes with")
+    try:
+        return _opener(files["ca_file"], files["client_cert"], files["client_key"])
+    except _TlsFileError as exc:
+        name, reason = exc.args
+        raise SubsError(f"[handlers.{tag}] {name}: {reason}") from None
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -180,7 +243,7 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
     # Messages name the URL without its query string, which may hold a token.
     shown = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(query="", fragment=""))
     try:
-        with _opener.open(request, timeout=target.timeout) as response:
+        with target.opener.open(request, timeout=target.timeout) as response:
             response.read()
     except urllib.error.HTTPError as exc:
         exc.close()
@@ -193,6 +256,10 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, TimeoutError):
             reason = f"no answer within {target.timeout:g} s"
+        elif isinstance(reason, ssl.SSLCertVerificationError):
+            reason = (
+                f"{reason.verify_message}: the receiver's certificate is not trusted (set ca_file to its authority)"
+            )
         raise RuntimeError(f"webhook {shown}: {reason}") from None
 
 

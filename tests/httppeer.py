@@ -3,6 +3,7 @@ what it receives and answers by path:
 
 - ``/ok`` 200, ``/empty`` 204, ``/fail`` 500, ``/redirect`` 302 to /ok;
 - ``/slow`` never answers (until the server stops);
+- on https when given a TLS context;
 - ``/throttle?status=S&after=A`` answers S with ``Retry-After: A``;
   ``/throttle-once?...`` does so to the first request of each event
   (``X-Subs-Event-Id``) and 200 to the next ones.
@@ -11,6 +12,7 @@ what it receives and answers by path:
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import time
 import urllib.parse
@@ -53,7 +55,9 @@ class HttpPeer:
 
 
 @contextlib.contextmanager
-def serving() -> Iterator[HttpPeer]:
+def serving(tls: ssl.SSLContext | None = None) -> Iterator[HttpPeer]:
+    """The server, on https with ``tls`` (its certificate, and whether it
+    asks clients for theirs)."""
     release = threading.Event()
     peer = HttpPeer("")
 
@@ -77,7 +81,9 @@ def serving() -> Iterator[HttpPeer]:
             pass
 
     server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-    peer.base = f"http://{LOOPBACK}:{server.server_address[1]}"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    peer.base = f"{'https' if tls else 'http'}://{LOOPBACK}:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         yield peer

@@ -1,7 +1,8 @@
 """The webhook handler against a real HTTP server on 127.0.0.1
 (tests/httppeer.py): what it posts, how it signs (checked with the Standard
-Webhooks reference library), and which answers fail, when to retry them, or
-refuse its settings at start-up. No database is needed."""
+Webhooks reference library), https with a private authority and client
+certificates (made with trustme), which answers fail and when to retry
+them, and which settings it refuses at start-up. No database is needed."""
 
 from __future__ import annotations
 
@@ -9,17 +10,22 @@ import base64
 import email.utils
 import json
 import os
+import ssl
 import time
+from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import standardwebhooks
+import trustme
 
 from subscriptions import RetryLater
 from subscriptions.errors import SubsError
 from subscriptions.testing import deliver, load_handlers, make_event
 
+import httppeer
 from conftest import free_port
 from httppeer import LOOPBACK, HttpPeer
 
@@ -199,3 +205,83 @@ def test_a_bad_secret_is_refused_at_start_up_without_showing_it(secret: Any, fra
     assert message.startswith("[handlers.webhook] ") and fragment in message, message
     if isinstance(secret, str) and secret:
         assert secret.removeprefix("whsec_") not in message
+
+
+# --- TLS -----------------------------------------------------------------------
+
+
+@dataclass
+class Pki:
+    """A private authority, and PEM files of what it issued, made with trustme."""
+
+    authority: trustme.CA
+    ca_file: str
+    client_cert: str
+    client_key: str
+    client_both: str  # certificate and key in one file
+    stranger_key: str  # a key of another certificate
+
+    def server(self, ask_client: bool = False) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.authority.issue_cert(LOOPBACK).configure_cert(context)
+        if ask_client:
+            context.verify_mode = ssl.CERT_REQUIRED
+            self.authority.configure_trust(context)
+        return context
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    authority = trustme.CA()
+    client = authority.issue_cert("subs-listener")
+    files = {
+        "ca_file": authority.cert_pem,
+        "client_cert": client.cert_chain_pems[0],
+        "client_key": client.private_key_pem,
+        "client_both": client.private_key_and_cert_chain_pem,
+        "stranger_key": trustme.CA().issue_cert("someone").private_key_pem,
+    }
+    for name, blob in files.items():
+        blob.write_to_path(tmp_path / f"{name}.pem")
+    return Pki(authority, **{name: str(tmp_path / f"{name}.pem") for name in files})
+
+
+def test_a_receiver_of_a_private_authority_is_trusted_with_its_ca_file(pki: Pki) -> None:
+    with httppeer.serving(pki.server()) as peer:
+        deliver(handler({"url": f"{peer.base}/ok", "ca_file": pki.ca_file}), make_event("webhook"))
+        with pytest.raises(RuntimeError, match=r"certificate is not trusted \(set ca_file to its authority\)"):
+            deliver(handler({"url": f"{peer.base}/ok"}), make_event("webhook"))
+    assert len(peer.requests) == 1
+
+
+def test_a_receiver_that_asks_for_a_client_certificate_gets_it(pki: Pki) -> None:
+    with httppeer.serving(pki.server(ask_client=True)) as peer:
+        url = f"{peer.base}/ok"
+        with pytest.raises(RuntimeError, match=r"webhook https://127\.0\.0\.1:\d+/ok: "):
+            deliver(handler({"url": url, "ca_file": pki.ca_file}), make_event("webhook"))
+        mutual = {"url": url, "ca_file": pki.ca_file, "client_cert": pki.client_cert, "client_key": pki.client_key}
+        deliver(handler(mutual), make_event("webhook"))
+        deliver(handler({"url": url, "ca_file": pki.ca_file, "client_cert": pki.client_both}), make_event("webhook"))
+    assert len(peer.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"ca_file": "{tmp}/absent.pem"}, "ca_file: {tmp}/absent.pem is not a file"),
+        ({"ca_file": "{tmp}"}, "ca_file: {tmp} is not a file"),
+        ({"ca_file": "{tmp}/client_key.pem"}, "ca_file: {tmp}/client_key.pem holds no PEM certificate"),
+        ({"client_cert": "{tmp}/client_cert.pem", "client_key": "{tmp}/stranger_key.pem"}, "KEY_VALUES_MISMATCH"),
+        ({"client_cert": "{tmp}/client_cert.pem"}, "client_cert: not a PEM certificate and its private key"),
+        ({"client_key": "{tmp}/client_key.pem"}, "client_key needs client_cert"),
+        ({"ca_file": 5}, 'ca_file must be the path of a PEM file, e.g. "/etc/subs/ca_file.pem"'),
+        ({"url": "http://127.0.0.1:9/", "ca_file": "{tmp}/ca_file.pem"}, "ca_file: for https:// urls only"),
+    ],
+)
+def test_bad_tls_settings_are_refused_at_start_up(pki: Pki, tmp_path: Path, settings: dict, fragment: str) -> None:
+    given = {"url": "https://127.0.0.1:9/", **settings}
+    given = {name: value.format(tmp=tmp_path) if isinstance(value, str) else value for name, value in given.items()}
+    with pytest.raises(SubsError) as error:
+        load_handlers(config={"webhook": given})
+    assert str(error.value).startswith("[handlers.webhook] ")
+    assert fragment.format(tmp=tmp_path) in str(error.value), str(error.value)
