@@ -65,6 +65,9 @@ _THROTTLED = (429, 503)
 # A longer Retry-After is taken as this: a receiver's mistake should not park events for days.
 MAX_RETRY_AFTER = 3600.0
 _TLS_FILES = ("ca_file", "client_cert", "client_key")
+SECRET_PREFIX = "whsec_"
+# Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
+SECRET_BYTES = (24, 64)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -103,11 +106,6 @@ def _opener(ca_file: str | None, client_cert: str | None, client_key: str | None
         except OSError as exc:
             raise _TlsFileError(which, f"{exc.strerror}") from None
     return urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
-
-
-SECRET_PREFIX = "whsec_"
-# Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
-SECRET_BYTES = (24, 64)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
 The public API is what this package exports (``Event``, ``RetryLater``,
 ``hookimpl``) and ``subscriptions.testing``; plugins also use
 ``subscriptions.config``'s setting helpers and raise
-``subscriptions.errors.SubsError``. The rooms
-below it, each with a docstring saying what lives there and what it may
-import: ``db`` (engine, connections, SQL files), ``schema`` (install and
-upgrade), ``capture`` (triggers and what they write), ``delivery`` (the
-listener), ``ops`` (what operators run) and ``cli`` (the command line).
+``subscriptions.errors.SubsError``. The rooms below it, each with a
+docstring saying what lives there and what it may import: ``db`` (engine,
+connections, SQL files), ``schema`` (install and upgrade), ``capture``
+(triggers and what they write), ``delivery`` (the listener), ``ops`` (what
+operators run) and ``cli`` (the command line).
 """
 
 import pluggy
