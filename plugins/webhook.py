@@ -31,7 +31,8 @@ id.timestamp.body>`` per secret, space-separated). Any 2xx status is a
 delivery; any other status (redirects are not followed), a connection error
 or a timeout is a failure, retried later. A 429 or 503 answer's
 ``Retry-After`` (seconds or an HTTP date, up to an hour) is honoured: the
-next attempt waits at least that long.
+next attempt waits at least that long. Connections are kept between events
+and go through the environment's proxy (webhook_http.py).
 """
 
 from __future__ import annotations
@@ -40,72 +41,31 @@ import base64
 import binascii
 import datetime as dt
 import email.utils
-import functools
 import hashlib
 import hmac
-import http.client
-import os
-import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import urllib3
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import RetryLater, SubsError
 from subscriptions.events import Event
 
+from . import webhook_http
+
 DEFAULT_TIMEOUT = 10.0
 # Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
 _THROTTLED = (429, 503)
 # A longer Retry-After is taken as this: a receiver's mistake should not park events for days.
 MAX_RETRY_AFTER = 3600.0
-_TLS_FILES = ("ca_file", "client_cert", "client_key")
 SECRET_PREFIX = "whsec_"
 # Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
 SECRET_BYTES = (24, 64)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirected POST would turn into a GET without the event: report the 3xx instead."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class _TlsFileError(ValueError):
-    """A TLS file that is missing or not what its setting says: ``args`` are
-    the setting's name and the reason."""
-
-
-@functools.cache
-def _opener(ca_file: str | None, client_cert: str | None, client_key: str | None) -> urllib.request.OpenerDirector:
-    """An opener that follows no redirect and, for https, trusts ``ca_file``
-    (else the system's authorities) and shows ``client_cert``: built once
-    per setting, as loading the files costs more than a request."""
-    for name, path in (("ca_file", ca_file), ("client_cert", client_cert), ("client_key", client_key)):
-        if path is not None and not os.path.isfile(path):
-            raise _TlsFileError(name, f"{path} is not a file")
-    try:
-        context = ssl.create_default_context(cafile=ca_file)
-    except ssl.SSLError as exc:
-        raise _TlsFileError("ca_file", f"{ca_file} holds no PEM certificate ({exc.reason})") from None
-    except OSError as exc:  # not readable by this user
-        raise _TlsFileError("ca_file", f"{ca_file}: {exc.strerror}") from None
-    if client_cert:
-        which = "client_cert and client_key" if client_key else "client_cert"
-        try:
-            context.load_cert_chain(client_cert, client_key)
-        except ssl.SSLError as exc:
-            reason = f"not a PEM certificate and its private key ({exc.reason or exc.strerror})"
-            raise _TlsFileError(which, reason) from None
-        except OSError as exc:
-            raise _TlsFileError(which, f"{exc.strerror}") from None
-    return urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
 
 
 @dataclass(frozen=True)
@@ -116,7 +76,7 @@ class Target:
     timeout: float
     headers: dict[str, str]
     keys: tuple[bytes, ...]  # the decoded signing secrets
-    opener: urllib.request.OpenerDirector
+    tls: tuple[str | None, str | None, str | None]  # ca_file, client_cert, client_key
 
 
 def _keys(tag: str, secret: Any) -> tuple[bytes, ...]:
@@ -180,14 +140,14 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
         raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
     secret = settings.get("secret")
     keys = _keys(tag, secret) if secret is not None else ()
-    opener = _tls_opener(tag, settings, scheme)
-    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, opener)
+    tls = _tls_files(tag, settings, scheme)
+    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, tls)
 
 
-def _tls_opener(tag: str, settings: Mapping[str, Any], scheme: str) -> urllib.request.OpenerDirector:
-    """The opener for the TLS settings; a file that is missing or not what
-    its setting says is a start-up error."""
-    files = {name: settings.get(name) for name in _TLS_FILES}
+def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str | None, str | None, str | None]:
+    """The TLS settings, checked: a file that is missing or not what its
+    setting says is a start-up error."""
+    files = {name: settings.get(name) for name in webhook_http.TLS_FILES}
     given = [name for name, path in files.items() if path is not None]
     if given and scheme != "https":
         raise SubsError(f"[handlers.{tag}] {', '.join(given)}: for https:// urls only")
@@ -196,9 +156,13 @@ def _tls_opener(tag: str, settings: Mapping[str, Any], scheme: str) -> urllib.re
             raise SubsError(f'[handlers.{tag}] {name} must be the path of a PEM file, e.g. "/etc/subs/{name}.pem"')
     if files["client_key"] and not files["client_cert"]:
         raise SubsError(f"[handlers.{tag}] client_key needs client_cert, the certificate it goes with")
+    return files["ca_file"], files["client_cert"], files["client_key"]
+
+
+def _pool(tag: str, target: Target) -> urllib3.PoolManager:
     try:
-        return _opener(files["ca_file"], files["client_cert"], files["client_key"])
-    except _TlsFileError as exc:
+        return webhook_http.pool(target.url, target.tls)
+    except webhook_http.SettingError as exc:
         name, reason = exc.args
         raise SubsError(f"[handlers.{tag}] {name}: {reason}") from None
 
@@ -237,32 +201,25 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
         headers["Authorization"] = auth
     if target.keys:
         headers.update(signature_headers(target.keys, event.idempotency_key, body, time.time()))
-    request = urllib.request.Request(url, body, headers, method="POST")
     # Messages name the URL without its query string, which may hold a token.
     shown = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(query="", fragment=""))
     try:
-        with target.opener.open(request, timeout=target.timeout) as response:
-            response.read()
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        failure = f"webhook {shown}: HTTP {exc.code} {exc.reason}"
-        wait = _retry_after(exc.headers.get("Retry-After")) if exc.code in _THROTTLED else None
-        if wait is not None:
-            raise RetryLater(f"{failure}; Retry-After {wait:g} s", wait) from None
-        raise RuntimeError(failure) from None
-    except (OSError, http.client.HTTPException) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        if isinstance(reason, TimeoutError):
-            reason = f"no answer within {target.timeout:g} s"
-        elif isinstance(reason, ssl.SSLCertVerificationError):
-            reason = (
-                f"{reason.verify_message}: the receiver's certificate is not trusted (set ca_file to its authority)"
-            )
-        raise RuntimeError(f"webhook {shown}: {reason}") from None
+        response = _pool(event.tag, target).request(
+            "POST", url, body=body, headers=headers, timeout=target.timeout, redirect=False, retries=False
+        )
+    except urllib3.exceptions.HTTPError as exc:
+        raise RuntimeError(f"webhook {shown}: {webhook_http.reason(exc, target.timeout)}") from None
+    if 200 <= response.status < 300:
+        return
+    failure = f"webhook {shown}: HTTP {response.status} {response.reason}"
+    wait = _retry_after(response.headers.get("Retry-After")) if response.status in _THROTTLED else None
+    if wait is not None:
+        raise RetryLater(f"{failure}; Retry-After {wait:g} s", wait)
+    raise RuntimeError(failure)
 
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("webhook", config).items():
-        _target(tag, settings)  # a missing url is a start-up error, not a retried failure
+        _pool(tag, _target(tag, settings))  # a missing url or file is a start-up error, not a retried failure
     register("webhook", lambda event: post(event, config.get(event.tag, {})))

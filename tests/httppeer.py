@@ -32,6 +32,7 @@ class Received:
     headers: Message  # names as sent; looked up in any case
     body: bytes
     at: float  # time.monotonic() on arrival
+    client: tuple[str, int]  # the address the request came from: one per connection
 
 
 @dataclass
@@ -62,9 +63,11 @@ def serving(tls: ssl.SSLContext | None = None) -> Iterator[HttpPeer]:
     peer = HttpPeer("")
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections are kept between requests
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received = Received(self.path, self.headers, body, time.monotonic())
+            received = Received(self.path, self.headers, body, time.monotonic(), self.client_address)
             peer.requests.append(received)
             if self.path.startswith("/slow"):
                 release.wait(5)
@@ -80,14 +83,23 @@ def serving(tls: ssl.SSLContext | None = None) -> Iterator[HttpPeer]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+    with running(Handler, tls) as server:
+        peer.base = f"{'https' if tls else 'http'}://{LOOPBACK}:{server.server_address[1]}"
+        try:
+            yield peer
+        finally:
+            release.set()
+
+
+@contextlib.contextmanager
+def running(handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None) -> Iterator[ThreadingHTTPServer]:
+    """A server of ``handler`` on a free loopback port, in a thread of its own."""
+    server = ThreadingHTTPServer((LOOPBACK, 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    peer.base = f"{'https' if tls else 'http'}://{LOOPBACK}:{server.server_address[1]}"
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
-        yield peer
+        yield server
     finally:
-        release.set()
         server.shutdown()
         server.server_close()

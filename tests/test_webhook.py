@@ -12,6 +12,7 @@ import json
 import os
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +27,7 @@ from subscriptions.errors import SubsError
 from subscriptions.testing import deliver, load_handlers, make_event
 
 import httppeer
+import httpproxy
 from conftest import free_port
 from httppeer import LOOPBACK, HttpPeer
 
@@ -285,3 +287,57 @@ def test_bad_tls_settings_are_refused_at_start_up(pki: Pki, tmp_path: Path, sett
         load_handlers(config={"webhook": given})
     assert str(error.value).startswith("[handlers.webhook] ")
     assert fragment.format(tmp=tmp_path) in str(error.value), str(error.value)
+
+
+# --- connections and proxies -------------------------------------------------------
+
+
+def test_one_connection_serves_event_after_event(http_peer: HttpPeer) -> None:
+    post = handler({"url": f"{http_peer.base}/ok"})
+    for number in range(1, 4):
+        deliver(post, make_event("webhook", id=number))
+    assert len({request.client for request in http_peer.requests}) == 1, http_peer.requests
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[httpproxy.Proxy]:
+    """A forward proxy, and an environment that names no other."""
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with httpproxy.serving() as serving:
+        yield serving
+
+
+def test_http_goes_through_the_environments_proxy_with_its_credentials(
+    http_peer: HttpPeer, proxy: httpproxy.Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("http_proxy", f"http://squid:p%40ss@{proxy.address}")
+    deliver(handler({"url": f"{http_peer.base}/ok?token=t"}), make_event("webhook"))
+    [(method, target, authorization)] = proxy.seen
+    assert (method, target) == ("POST", f"{http_peer.base}/ok?token=t")
+    assert base64.b64decode((authorization or "").removeprefix("Basic ")) == b"squid:p@ss"
+    assert [request.path for request in http_peer.requests] == ["/ok?token=t"]
+
+
+def test_https_is_tunnelled_through_the_proxy(pki: Pki, proxy: httpproxy.Proxy, monkeypatch) -> None:
+    monkeypatch.setenv("https_proxy", proxy.address)  # a proxy without scheme means http://
+    with httppeer.serving(pki.server()) as peer:
+        deliver(handler({"url": f"{peer.base}/ok", "ca_file": pki.ca_file}), make_event("webhook"))
+    assert [(method, target) for method, target, _ in proxy.seen] == [("CONNECT", peer.base.removeprefix("https://"))]
+    assert len(peer.requests) == 1
+
+
+def test_no_proxy_names_the_hosts_reached_directly(http_peer: HttpPeer, proxy: httpproxy.Proxy, monkeypatch) -> None:
+    monkeypatch.setenv("http_proxy", f"http://{proxy.address}")
+    monkeypatch.setenv("no_proxy", "localhost,127.0.0.1")
+    deliver(handler({"url": f"{http_peer.base}/ok"}), make_event("webhook"))
+    assert proxy.seen == [] and len(http_peer.requests) == 1
+
+
+def test_a_proxy_the_webhook_cannot_use_is_a_start_up_error(proxy: httpproxy.Proxy, monkeypatch) -> None:
+    monkeypatch.setenv("https_proxy", "socks5://user:secret@127.0.0.1:1080")
+    with pytest.raises(SubsError) as error:
+        load_handlers(config={"webhook": {"url": "https://hooks.example.com/in"}})
+    assert (
+        str(error.value) == "[handlers.webhook] proxy: the environment's proxy for it is a socks5:// URL; use http://"
+    )
