@@ -10,24 +10,35 @@ Settings (``[handlers.send_email]`` in subs.toml, or ``SUBS__SEND_EMAIL__<KEY>``
     A format string over the event's fields (id, table, action, tag, pk, old,
     new, attempt, created_at, subscription_id); default ``"subs: {table} {action} {pk}"``.
 ``host``, ``port``
-    The SMTP server (default ``localhost``, 25).
+    The SMTP server (default ``localhost``, and port 25, or 465 with ``ssl``).
 ``starttls``
     ``true`` to switch to TLS (STARTTLS) before logging in; default false.
+``ssl``
+    ``true`` to speak TLS from the start (SMTPS, "implicit TLS", port 465);
+    default false. Not with ``starttls``.
+``ca_file``
+    With ``starttls`` or ``ssl``: a PEM file of the certificate authorities
+    to trust instead of the system's.
 ``username``, ``password``
     Log in with these when ``username`` is set. The password is never logged.
 ``timeout``
     Seconds allowed for each network operation (default 10).
 
 The body is the event as indented JSON. A refused recipient or message, a
-failed login or an unreachable server is a failure, retried later.
+failed login or an unreachable server is a failure, retried later. Each
+handler process keeps its session with the server from one mail to the next
+(a server that closed it meanwhile gets a new one), so a mail costs no new
+connection, TLS handshake or login.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import smtplib
-import ssl
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
 
@@ -36,9 +47,13 @@ from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event, dumps
 
+from . import tls
+
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+# A session idle this long is checked (NOOP) before a mail: servers close idle ones.
+CHECK_AFTER_IDLE = 5.0
 
 
 def _flag(tag: str, settings: Mapping[str, Any], key: str) -> bool:
@@ -117,30 +132,149 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _server(tag: str, settings: Mapping[str, Any]) -> tuple[str, int, float, bool]:
-    host = str(settings.get("host", "localhost"))
-    port = positive_setting(tag, settings, "port", 25, int, maximum=65535)
-    timeout = positive_setting(tag, settings, "timeout", 10)
-    return host, port, timeout, _flag(tag, settings, "starttls")
+@dataclass(frozen=True)
+class Server:
+    """Where and how mails go: what one kept session is for."""
+
+    host: str
+    port: int
+    timeout: float
+    mode: str  # "plain", "starttls" or "ssl"
+    ca_file: str | None
+    username: str | None
+    password: str = field(repr=False)
+
+
+def _server(tag: str, settings: Mapping[str, Any]) -> Server:
+    starttls, implicit = _flag(tag, settings, "starttls"), _flag(tag, settings, "ssl")
+    if starttls and implicit:
+        raise SubsError(f"[handlers.{tag}] starttls and ssl exclude each other: ssl for port 465, starttls for 587")
+    mode = "ssl" if implicit else "starttls" if starttls else "plain"
+    ca_file = settings.get("ca_file")
+    if ca_file is not None:
+        if mode == "plain":
+            raise SubsError(f"[handlers.{tag}] ca_file: for starttls or ssl only")
+        if not isinstance(ca_file, str) or not ca_file:
+            raise SubsError(f'[handlers.{tag}] ca_file must be the path of a PEM file, e.g. "/etc/subs/ca.pem"')
+        try:
+            tls.context(ca_file)
+        except tls.SettingError as exc:
+            raise SubsError(f"[handlers.{tag}] {exc.args[0]}: {exc.args[1]}") from None
+    username = settings.get("username")
+    return Server(
+        host=str(settings.get("host", "localhost")),
+        port=positive_setting(tag, settings, "port", 465 if implicit else 25, int, maximum=65535),
+        timeout=positive_setting(tag, settings, "timeout", 10),
+        mode=mode,
+        ca_file=ca_file,
+        username=str(username) if username else None,
+        password=str(settings.get("password", "")),
+    )
+
+
+class _Session:
+    """One SMTP session, logged in, kept for the next mail."""
+
+    def __init__(self, server: Server) -> None:
+        context = tls.context(server.ca_file) if server.mode != "plain" else None
+        if server.mode == "ssl":
+            self.smtp: smtplib.SMTP = smtplib.SMTP_SSL(
+                server.host, server.port, timeout=server.timeout, context=context
+            )
+        else:
+            self.smtp = smtplib.SMTP(server.host, server.port, timeout=server.timeout)
+        try:
+            if server.mode == "starttls":
+                self.smtp.starttls(context=context)
+            if server.username:
+                self.smtp.login(server.username, server.password)
+        except BaseException:
+            self.close()
+            raise
+        self.used = time.monotonic()
+
+    def alive(self) -> bool:
+        """Whether the server still holds the session: asked (NOOP) only
+        after CHECK_AFTER_IDLE, as asking costs a round trip."""
+        if time.monotonic() - self.used < CHECK_AFTER_IDLE:
+            return True
+        try:
+            alive = self.smtp.noop()[0] == 250
+        except (smtplib.SMTPException, OSError):
+            return False
+        self.used = time.monotonic()
+        return alive
+
+    def close(self) -> None:
+        try:
+            self.smtp.quit()
+        except (smtplib.SMTPException, OSError):
+            self.smtp.close()
+
+
+_sessions: dict[Server, _Session] = {}
+
+
+@atexit.register
+def _close_sessions() -> None:
+    """Say goodbye (QUIT) on the way out, rather than leave the server to time out."""
+    while _sessions:
+        _sessions.popitem()[1].close()
+
+
+def _session(server: Server) -> tuple[_Session, bool]:
+    """The kept session for ``server`` (a new one if none is, or the server
+    closed it), and whether it is new."""
+    kept = _sessions.pop(server, None)
+    if kept is not None and kept.alive():
+        _sessions[server] = kept
+        return kept, False
+    if kept is not None:
+        kept.close()
+    _sessions[server] = _Session(server)
+    return _sessions[server], True
+
+
+def _send_in(session: _Session, server: Server, mail: EmailMessage) -> dict[str, tuple[int, bytes]]:
+    """Send ``mail``; a session whose state is not known after a failure
+    is closed, one where the server answered goes on (smtplib reset it)."""
+    try:
+        refused = session.smtp.send_message(mail)
+    except (smtplib.SMTPResponseException, smtplib.SMTPRecipientsRefused):
+        raise
+    except (smtplib.SMTPException, OSError):
+        del _sessions[server]
+        session.close()
+        raise
+    session.used = time.monotonic()
+    return refused
+
+
+def _deliver(server: Server, mail: EmailMessage) -> dict[str, tuple[int, bytes]]:
+    """Send ``mail`` in the kept session; once more in a new one when a kept
+    session turns out closed: the server closes one between mails, before
+    taking the next."""
+    session, new = _session(server)
+    try:
+        return _send_in(session, server, mail)
+    except smtplib.SMTPServerDisconnected:
+        if new:
+            raise
+    session, _ = _session(server)
+    return _send_in(session, server, mail)
 
 
 def send(event: Event, settings: Mapping[str, Any]) -> None:
     """Send the event's mail; raise unless the server accepts it for every recipient."""
-    tag = event.tag
     mail = message(event, settings)
-    host, port, timeout, starttls = _server(tag, settings)
-    username = settings.get("username")
+    server = _server(event.tag, settings)
+    where = f"send_email via {server.host}:{server.port}"
     try:
-        with smtplib.SMTP(host, port, timeout=timeout) as smtp:
-            if starttls:
-                smtp.starttls(context=ssl.create_default_context())
-            if username:
-                smtp.login(str(username), str(settings.get("password", "")))
-            refused = smtp.send_message(mail)
+        refused = _deliver(server, mail)
     except (smtplib.SMTPException, OSError) as exc:
-        raise RuntimeError(f"send_email via {host}:{port}: {_describe(exc)}") from None
+        raise RuntimeError(f"{where}: {tls.untrusted(exc) or _describe(exc)}") from None
     if refused:
-        raise RuntimeError(f"send_email via {host}:{port}: {_describe(smtplib.SMTPRecipientsRefused(refused))}")
+        raise RuntimeError(f"{where}: {_describe(smtplib.SMTPRecipientsRefused(refused))}")
 
 
 @hookimpl

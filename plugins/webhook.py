@@ -56,7 +56,7 @@ from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import RetryLater, SubsError
 from subscriptions.events import Event
 
-from . import webhook_http
+from . import tls, webhook_http
 
 DEFAULT_TIMEOUT = 10.0
 # Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
@@ -147,7 +147,7 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
 def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str | None, str | None, str | None]:
     """The TLS settings, checked: a file that is missing or not what its
     setting says is a start-up error."""
-    files = {name: settings.get(name) for name in webhook_http.TLS_FILES}
+    files = {name: settings.get(name) for name in tls.FILES}
     given = [name for name, path in files.items() if path is not None]
     if given and scheme != "https":
         raise SubsError(f"[handlers.{tag}] {', '.join(given)}: for https:// urls only")
@@ -162,7 +162,7 @@ def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str 
 def _pool(tag: str, target: Target) -> urllib3.PoolManager:
     try:
         return webhook_http.pool(target.url, target.tls)
-    except webhook_http.SettingError as exc:
+    except tls.SettingError as exc:
         name, reason = exc.args
         raise SubsError(f"[handlers.{tag}] {name}: {reason}") from None
 

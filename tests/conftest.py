@@ -27,6 +27,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema import upgrade as schema
 
+import certificates
 import fb3server
 import httppeer
 
@@ -278,6 +279,12 @@ def http_peer() -> Iterator[httppeer.HttpPeer]:
     """A real HTTP server for webhooks (tests/httppeer.py says how it answers)."""
     with httppeer.serving() as peer:
         yield peer
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> certificates.Pki:
+    """A private certificate authority and what it issued (tests/certificates.py)."""
+    return certificates.make(tmp_path)
 
 
 def free_port() -> int:

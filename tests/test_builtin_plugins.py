@@ -1,29 +1,24 @@
-"""The built-in handlers against real peers on 127.0.0.1 (an SMTP server,
-subprocesses, files; the webhook's HTTP server is test_webhook.py's), and
-the subscriptions.testing helpers. No database is needed."""
+"""The built-in handlers against real peers on 127.0.0.1 (subprocesses,
+files; the webhook's HTTP server is test_webhook.py's, send_email's SMTP
+server test_send_email.py's), and the subscriptions.testing helpers. No
+database is needed."""
 
 from __future__ import annotations
 
 import datetime as dt
-import email
-import email.policy
 import json
 import shlex
 import sys
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from subscriptions.errors import SubsError
 from subscriptions.plugins import BUILTIN_TAGS
 from subscriptions.testing import deliver, load_handlers, make_event
-
-from conftest import free_port
 
 LOOPBACK = "127.0.0.1"
 
@@ -31,108 +26,6 @@ LOOPBACK = "127.0.0.1"
 def handler(tag: str, settings: dict[str, Any]):
     """The function the listener would call for ``tag`` with these settings."""
     return load_handlers(config={tag: settings})[tag]
-
-
-# --- send_email --------------------------------------------------------------
-
-
-class MailSink:
-    """An aiosmtpd handler keeping what it accepts; refuses recipients named nobody@."""
-
-    def __init__(self) -> None:
-        self.envelopes: list[Any] = []
-
-    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:
-        if address.startswith("nobody@"):
-            return "550 5.1.1 no such user"
-        envelope.rcpt_tos.append(address)
-        return "250 OK"
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.envelopes.append(envelope)
-        return "250 OK"
-
-
-@pytest.fixture
-def smtp_peer() -> Iterator[tuple[MailSink, int]]:
-    sink = MailSink()
-    controller = Controller(sink, hostname=LOOPBACK, port=free_port())
-    controller.start()
-    yield sink, controller.port
-    controller.stop()
-
-
-def test_send_email_delivers_json_body(smtp_peer: tuple[MailSink, int]) -> None:
-    sink, port = smtp_peer
-    settings = {
-        "host": LOOPBACK,
-        "port": str(port),
-        "from": "subs@example.com",
-        "to": "a@example.com, b@example.com",
-        "starttls": "false",
-        "timeout": "5",
-    }
-    event = make_event("send_email", table="ORDERS", action="U", id=7, new={"ID": 7, "DAY": dt.date(2024, 1, 2)})
-    deliver(handler("send_email", settings), event)
-    [envelope] = sink.envelopes
-    assert envelope.mail_from == "subs@example.com"
-    assert envelope.rcpt_tos == ["a@example.com", "b@example.com"]
-    mail = email.message_from_bytes(envelope.content, policy=email.policy.default)
-    assert mail["Subject"] == "subs: ORDERS U {'ID': 7}"
-    assert mail["To"] == "a@example.com, b@example.com"
-    body = json.loads(mail.get_content())
-    assert body["id"] == 7 and body["new"] == {"ID": 7, "DAY": "2024-01-02"}
-
-
-def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[MailSink, int]) -> None:
-    sink, port = smtp_peer
-    settings = {
-        "host": LOOPBACK,
-        "port": port,
-        "from": "subs@example.com",
-        "to": ["ops@example.com"],
-        "subject": "{tag}: {table}#{id} attempt {attempt}",
-    }
-    deliver(handler("send_email", settings), make_event("send_email", table="T\nX", id=5, attempt=2))
-    mail = email.message_from_bytes(sink.envelopes[0].content, policy=email.policy.default)
-    assert mail["Subject"] == "send_email: T X#5 attempt 2"
-
-
-def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]) -> None:
-    sink, port = smtp_peer
-    settings = {
-        "host": LOOPBACK,
-        "port": port,
-        "from": "subs@example.com",
-        "to": "nobody@example.com",
-        "password": "pw-never-shown",
-    }
-    with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user") as failure:
-        deliver(handler("send_email", settings), make_event("send_email"))
-    assert "pw-never-shown" not in str(failure.value)
-    assert sink.envelopes == []
-
-
-def test_send_email_fails_when_nothing_listens() -> None:
-    port = free_port()
-    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "a@example.com", "timeout": 2}
-    with pytest.raises(RuntimeError, match=rf"send_email via 127\.0\.0\.1:{port}: .*refused"):
-        deliver(handler("send_email", settings), make_event("send_email"))
-
-
-def test_send_email_settings_errors_name_the_tag() -> None:
-    with pytest.raises(SubsError, match=r"\[handlers\.send_email\] from = .*SUBS__SEND_EMAIL__FROM"):
-        deliver(handler("send_email", {"to": "a@example.com"}), make_event("send_email"))
-    with pytest.raises(SubsError, match=r"starttls must be true or false"):
-        deliver(
-            handler("send_email", {"from": "s@example.com", "to": "a@example.com", "starttls": "maybe"}),
-            make_event("send_email"),
-        )
-    with pytest.raises(SubsError, match=r"subject is not a valid format string"):
-        deliver(
-            handler("send_email", {"from": "s@example.com", "to": "a@example.com", "subject": "{nope}"}),
-            make_event("send_email"),
-        )
 
 
 # --- exec ----------------------------------------------------------------------

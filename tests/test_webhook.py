@@ -10,17 +10,14 @@ import base64
 import email.utils
 import json
 import os
-import ssl
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import standardwebhooks
-import trustme
 
 from subscriptions import RetryLater
 from subscriptions.errors import SubsError
@@ -28,6 +25,7 @@ from subscriptions.testing import deliver, load_handlers, make_event
 
 import httppeer
 import httpproxy
+from certificates import Pki
 from conftest import free_port
 from httppeer import LOOPBACK, HttpPeer
 
@@ -210,42 +208,6 @@ def test_a_bad_secret_is_refused_at_start_up_without_showing_it(secret: Any, fra
 
 
 # --- TLS -----------------------------------------------------------------------
-
-
-@dataclass
-class Pki:
-    """A private authority, and PEM files of what it issued, made with trustme."""
-
-    authority: trustme.CA
-    ca_file: str
-    client_cert: str
-    client_key: str
-    client_both: str  # certificate and key in one file
-    stranger_key: str  # a key of another certificate
-
-    def server(self, ask_client: bool = False) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.authority.issue_cert(LOOPBACK).configure_cert(context)
-        if ask_client:
-            context.verify_mode = ssl.CERT_REQUIRED
-            self.authority.configure_trust(context)
-        return context
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    authority = trustme.CA()
-    client = authority.issue_cert("subs-listener")
-    files = {
-        "ca_file": authority.cert_pem,
-        "client_cert": client.cert_chain_pems[0],
-        "client_key": client.private_key_pem,
-        "client_both": client.private_key_and_cert_chain_pem,
-        "stranger_key": trustme.CA().issue_cert("someone").private_key_pem,
-    }
-    for name, blob in files.items():
-        blob.write_to_path(tmp_path / f"{name}.pem")
-    return Pki(authority, **{name: str(tmp_path / f"{name}.pem") for name in files})
 
 
 def test_a_receiver_of_a_private_authority_is_trusted_with_its_ca_file(pki: Pki) -> None:
