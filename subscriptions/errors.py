@@ -1,6 +1,7 @@
 """Exceptions of the public API: ``SubsError``, the one type the CLI turns
-into a one-line error, and ``RetryLater``, which a handler raises to set
-when its event is tried again."""
+into a one-line error, and what a handler raises to say more than "this
+attempt failed": ``RetryLater`` (not before a given time) and
+``Undeliverable`` (never)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,11 @@ class RetryLater(Exception):
             raise ValueError(f"RetryLater needs 0 to {MAX_RETRY_AFTER:g} seconds, not {seconds!r}")
         super().__init__(message)
         self.seconds = float(seconds)
+
+
+class Undeliverable(Exception):
+    """Raised by a handler: this event can never be delivered as it is (a
+    receiver refused its content for good, say), so it goes dead now
+    instead of using up its attempts; ``subs retry`` brings it back once
+    what was wrong is fixed. With --on-failure block, where nothing goes
+    dead, it is retried like any failure."""

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from subscriptions.errors import RetryLater
+from subscriptions.errors import RetryLater, Undeliverable
 from subscriptions.events import Event
 
 log = logging.getLogger("subs.handler")
@@ -44,6 +44,11 @@ def retry_after(error: BaseException | None) -> float | None:
     """The least delay before the next attempt that a handler asked for by
     raising RetryLater, if it did."""
     return error.seconds if isinstance(error, RetryLater) else None
+
+
+def undeliverable(error: BaseException | None) -> bool:
+    """Whether a handler said, by raising Undeliverable, that no attempt can work."""
+    return isinstance(error, Undeliverable)
 
 
 class Caller:

@@ -191,7 +191,7 @@ class Dispatcher:
                     slot.done.append(event.id)
                     self._observe(event, "handled", report.seconds)
                 else:
-                    self._failed(claimer, event, report.error, report.seconds, report.retry_after)
+                    self._failed(claimer, event, report)
             if slot.reported == len(job.events):
                 self._finish(claimer, slot)
                 ended = True
@@ -243,7 +243,7 @@ class Dispatcher:
                     claimer.count_attempts([event.id for event in lost])
             slot.reported += len(lost) + len(running)
             for event in running:
-                self._failed(claimer, event, error, seconds)
+                self._failed(claimer, event, Report(event.id, error, seconds))
             while slot.queue:
                 self._finish(claimer, slot)
         finally:
@@ -292,20 +292,21 @@ class Dispatcher:
                 del self._unsettled[event.span]
                 self._settled_spans.append(event.span)
 
-    def _failed(
-        self, claimer: Claimer, event: Claimed, error: str, seconds: float, retry_after: float | None = None
-    ) -> None:
-        """Record a failed attempt, retried by backoff (or after the delay
-        its handler asked for, when longer) or dead."""
-        dead = self.options.is_last_attempt(event.attempt)
-        delay = 0.0 if dead else max(self.options.retry_delay(event.attempt), retry_after or 0.0)
+    def _failed(self, claimer: Claimer, event: Claimed, report: Report) -> None:
+        """Record a failed attempt: retried by backoff (or after the delay
+        its handler asked for, when longer), or dead after the last attempt
+        or when its handler said no attempt can work."""
+        assert report.error is not None
+        error, seconds = report.error, report.seconds
+        dead = self.options.goes_dead(event.attempt, report.undeliverable)
+        delay = 0.0 if dead else max(self.options.retry_delay(event.attempt), report.retry_after or 0.0)
         if not dead:
             heapq.heappush(self._retries_due, time.monotonic() + delay)
         with self.in_flight.settling:
             claimer.fail(event.id, error, max(delay - RETRY_MARGIN, 0.0), dead)
         self._observe(event, "dead" if dead else "failed", seconds)
         if dead:
-            log.error("event %s (%s) is dead after %s attempts: %s", event.id, event.tag, event.attempt, error)
+            log.error("event %s (%s) is dead after %s attempt(s): %s", event.id, event.tag, event.attempt, error)
         else:
             log.warning(
                 "event %s (%s) attempt %s failed: %s; retrying in %.1fs",

@@ -32,7 +32,7 @@ from subscriptions.events import Event
 from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
 from . import lifeline
-from .calls import Call, Caller, describe, retry_after
+from .calls import Call, Caller, describe, retry_after, undeliverable
 from .claimed import Claimed
 from .options import ListenOptions
 
@@ -73,13 +73,15 @@ class Job:
 class Report:
     """How one event of a job went: ``error`` is what its attempt failed
     with, ``retry_after`` the least delay its handler asked for before the
-    next (RetryLater); not ``started``: never handed to its handler."""
+    next (RetryLater), ``undeliverable`` whether it said no attempt can
+    work (Undeliverable); not ``started``: never handed to its handler."""
 
     event_id: int
     error: str | None
     seconds: float
     started: bool = True
     retry_after: float | None = None
+    undeliverable: bool = False
 
 
 class Reporter:
@@ -152,7 +154,15 @@ class Runner:
             for event, error in zip(call.events, errors, strict=True):
                 if carry_on:
                     described = None if error is None else describe(error)
-                    reports.append(Report(event.id, described, seconds, retry_after=retry_after(error)))
+                    reports.append(
+                        Report(
+                            event.id,
+                            described,
+                            seconds,
+                            retry_after=retry_after(error),
+                            undeliverable=undeliverable(error),
+                        )
+                    )
                 else:  # in order, after a failed event of the same batch call
                     reports.append(Report(event.id, None, 0.0, started=False))
                 carry_on = carry_on and (error is None or not job.in_order)

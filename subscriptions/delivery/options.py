@@ -43,5 +43,8 @@ class ListenOptions:
         ceiling = min(self.backoff_max, self.backoff_min * 2 ** max(attempt - 1, 0))
         return random.uniform(ceiling / 2, ceiling)
 
-    def is_last_attempt(self, attempt: int) -> bool:
-        return self.on_failure == DEAD and attempt >= self.max_attempts
+    def goes_dead(self, attempt: int, undeliverable: bool = False) -> bool:
+        """Whether a failed attempt makes its event dead: the last one
+        allowed, or any that its handler called Undeliverable; never with
+        --on-failure block."""
+        return self.on_failure == DEAD and (undeliverable or attempt >= self.max_attempts)
