@@ -51,7 +51,7 @@ from typing import Any
 
 import urllib3
 
-from subscriptions import hookimpl
+from subscriptions import __version__, hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import RetryLater, SubsError
 from subscriptions.events import Event
@@ -192,6 +192,7 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
     url, auth = _split_credentials(target.url)
     body = event.to_json().encode("utf-8")
     headers = {
+        "User-Agent": f"subs/{__version__}",
         **target.headers,
         "Content-Type": "application/json",
         "X-Subs-Event-Id": str(event.id),

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import standardwebhooks
 
-from subscriptions import RetryLater
+from subscriptions import RetryLater, __version__
 from subscriptions.errors import SubsError
 from subscriptions.testing import deliver, load_handlers, make_event
 
@@ -51,6 +51,7 @@ def test_webhook_posts_event_json_with_headers(http_peer: HttpPeer) -> None:
     assert request.headers["X-Subs-Event-Id"] == "42"
     assert request.headers["X-Subs-Attempt"] == "3"
     assert request.headers["X-Token"] == "t0k"
+    assert request.headers["User-Agent"] == f"subs/{__version__}"
     body = json.loads(request.body)
     assert body["table"] == "ORDERS" and body["action"] == "U" and body["tag"] == "webhook"
     assert body["new"] == {"ID": 42, "AMOUNT": "9.90"}
