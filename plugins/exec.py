@@ -11,6 +11,15 @@ Settings (``[handlers.exec]`` in subs.toml, or ``SUBS__EXEC__<KEY>``):
     started are killed.
 ``cwd``
     The working directory of the command (default: the listener's).
+``env``
+    A table of environment variables to give the command, e.g.
+    ``env = { API_TOKEN = "..." }``.
+
+The command gets the listener's environment without what may hold subs's
+secrets (``ISC_PASSWORD`` and every ``SUBS_...`` variable, such as
+``SUBS__WEBHOOK__SECRET``), plus ``env`` and the event's ``SUBS_EVENT_ID``,
+``SUBS_IDEMPOTENCY_KEY``, ``SUBS_TABLE``, ``SUBS_ACTION``, ``SUBS_TAG`` and
+``SUBS_ATTEMPT``, so a script can route on them without reading the JSON.
 
 Exit status 0 is a delivery; any other status or a timeout is a failure,
 retried later, reported with the end of the command's standard error. The
@@ -51,6 +60,32 @@ def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
     return [str(part) for part in value]
 
 
+def _extra_environment(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
+    value = settings.get("env", {})
+    if not isinstance(value, Mapping):
+        raise SubsError(f'[handlers.{tag}] env must be a table, e.g. env = {{ API_TOKEN = "..." }}')
+    return {str(name): str(text) for name, text in value.items()}
+
+
+def _environment(event: Event, settings: Mapping[str, Any]) -> dict[str, str]:
+    """What the command runs with: no secret of subs's (the database
+    password, the SUBS_ settings), the configured ``env``, and the event's
+    identity."""
+    inherited = {
+        name: value for name, value in os.environ.items() if name != "ISC_PASSWORD" and not name.startswith("SUBS_")
+    }
+    return {
+        **inherited,
+        **_extra_environment(event.tag, settings),
+        "SUBS_EVENT_ID": str(event.id),
+        "SUBS_IDEMPOTENCY_KEY": event.idempotency_key,
+        "SUBS_TABLE": event.table,
+        "SUBS_ACTION": event.action,
+        "SUBS_TAG": event.tag,
+        "SUBS_ATTEMPT": str(event.attempt),
+    }
+
+
 def run(event: Event, settings: Mapping[str, Any]) -> None:
     """Run the command on the event; raise unless it exits 0 within the timeout."""
     command = _command(event.tag, settings)
@@ -61,6 +96,7 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
         process = subprocess.Popen(
             command,
             cwd=cwd,
+            env=_environment(event, settings),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -89,4 +125,5 @@ def register_handlers(register: Callable[..., None], config: Mapping[str, Mappin
     for tag, settings in tables_using("exec", config).items():
         _command(tag, settings)  # a missing command is a start-up error, not a retried failure
         positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
+        _extra_environment(tag, settings)
     register("exec", lambda event: run(event, config.get(event.tag, {})))

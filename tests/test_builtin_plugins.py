@@ -43,6 +43,31 @@ def test_exec_passes_event_json_on_stdin(tmp_path: Path) -> None:
     assert body["id"] == 9 and body["table"] == "ORDERS" and body["tag"] == "exec"
 
 
+def test_exec_gives_the_event_and_env_but_no_secret_of_subs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ISC_PASSWORD", "db-secret")
+    monkeypatch.setenv("SUBS__WEBHOOK__SECRET", "whsec_hidden")
+    monkeypatch.setenv("SUBS_DATABASE", "/srv/app.fdb")
+    monkeypatch.setenv("LANG_OF_HOST", "kept")
+    out = tmp_path / "env.json"
+    command = python("import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))", str(out))
+    settings = {"command": command, "env": {"API_TOKEN": "t0k", "RETRIES": 3}}
+    deliver(
+        handler("exec", settings), make_event("exec", table="ORDERS", action="U", id=9, attempt=2, database_id="d1")
+    )
+    seen = json.loads(out.read_text())
+    assert "ISC_PASSWORD" not in seen and not [name for name in seen if name.startswith("SUBS__")]
+    assert "SUBS_DATABASE" not in seen and seen["LANG_OF_HOST"] == "kept"
+    assert (seen["API_TOKEN"], seen["RETRIES"]) == ("t0k", "3")
+    assert {name: value for name, value in seen.items() if name.startswith("SUBS_")} == {
+        "SUBS_EVENT_ID": "9",
+        "SUBS_IDEMPOTENCY_KEY": "d1:9",
+        "SUBS_TABLE": "ORDERS",
+        "SUBS_ACTION": "U",
+        "SUBS_TAG": "exec",
+        "SUBS_ATTEMPT": "2",
+    }
+
+
 def test_exec_splits_a_string_command_and_uses_cwd(tmp_path: Path) -> None:
     code = "import pathlib; pathlib.Path('here.txt').write_text('ok')"
     command = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
@@ -71,6 +96,8 @@ def test_exec_configuration_errors() -> None:
         deliver(handler("exec", {}), make_event("exec"))
     with pytest.raises(SubsError, match=r"cannot run '/no/such/program'"):
         deliver(handler("exec", {"command": ["/no/such/program"]}), make_event("exec"))
+    with pytest.raises(SubsError, match=r"\[handlers\.exec\] env must be a table"):
+        load_handlers(config={"exec": {"command": "true", "env": "A=1"}})
 
 
 # --- log -------------------------------------------------------------------------
