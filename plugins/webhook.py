@@ -49,14 +49,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
-
 from subscriptions import __version__, hookimpl
 from subscriptions.config import positive_setting, tables_using
 from subscriptions.errors import RetryLater, SubsError
 from subscriptions.events import Event
 
-from . import tls, webhook_http
+from . import tls
 
 DEFAULT_TIMEOUT = 10.0
 # Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
@@ -159,9 +157,13 @@ def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str 
     return files["ca_file"], files["client_cert"], files["client_key"]
 
 
-def _pool(tag: str, target: Target) -> urllib3.PoolManager:
+def _check_transport(tag: str, target: Target) -> None:
+    """Build the target's connections now: a TLS file or proxy that cannot
+    work is a start-up error."""
+    from . import webhook_http  # here: see its docstring
+
     try:
-        return webhook_http.pool(target.url, target.tls)
+        webhook_http.pool(target.url, target.tls)
     except tls.SettingError as exc:
         name, reason = exc.args
         raise SubsError(f"[handlers.{tag}] {name}: {reason}") from None
@@ -204,12 +206,12 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
         headers.update(signature_headers(target.keys, event.idempotency_key, body, time.time()))
     # Messages name the URL without its query string, which may hold a token.
     shown = urllib.parse.urlunsplit(urllib.parse.urlsplit(url)._replace(query="", fragment=""))
+    from . import webhook_http  # here: see its docstring
+
     try:
-        response = _pool(event.tag, target).request(
-            "POST", url, body=body, headers=headers, timeout=target.timeout, redirect=False, retries=False
-        )
-    except urllib3.exceptions.HTTPError as exc:
-        raise RuntimeError(f"webhook {shown}: {webhook_http.reason(exc, target.timeout)}") from None
+        response = webhook_http.post(url, target.tls, body, headers, target.timeout)
+    except webhook_http.NoAnswer as exc:
+        raise RuntimeError(f"webhook {shown}: {exc}") from None
     if 200 <= response.status < 300:
         return
     failure = f"webhook {shown}: HTTP {response.status} {response.reason}"
@@ -222,5 +224,5 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("webhook", config).items():
-        _pool(tag, _target(tag, settings))  # a missing url or file is a start-up error, not a retried failure
+        _check_transport(tag, _target(tag, settings))  # a missing url or file: a start-up error, not retries
     register("webhook", lambda event: post(event, config.get(event.tag, {})))
