@@ -138,8 +138,8 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
         raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
     secret = settings.get("secret")
     keys = _keys(tag, secret) if secret is not None else ()
-    tls = _tls_files(tag, settings, scheme)
-    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, tls)
+    tls_files = _tls_files(tag, settings, scheme)
+    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, tls_files)
 
 
 def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str | None, str | None, str | None]:
