@@ -30,7 +30,9 @@ def _pool(files: tuple[str | None, str | None, str | None], proxy: str | None) -
         proxy = f"http://{proxy}"
     parts = urllib3.util.parse_url(proxy)
     if parts.scheme not in ("http", "https"):
-        raise tls.SettingError("proxy", f"the environment's proxy for it is a {parts.scheme}:// URL; use http://")
+        raise tls.SettingError(
+            "proxy", f"the environment names a {parts.scheme}:// proxy (http_proxy / https_proxy); use an http:// one"
+        )
     headers = urllib3.make_headers(proxy_basic_auth=urllib.parse.unquote(parts.auth)) if parts.auth else None
     return urllib3.ProxyManager(
         parts._replace(auth=None).url, proxy_headers=headers, ssl_context=context, retries=False

@@ -170,7 +170,8 @@ def test_a_session_the_server_closed_is_replaced(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setattr("subscriptions.builtin.send_email.CHECK_AFTER_IDLE", 0.0)
         time.sleep(1.5)
         deliver(send, make_event("send_email", id=3))
-    assert [json.loads(mail.content.split(b"\r\n\r\n", 1)[1])["id"] for mail in sink.envelopes] == [1, 2, 3]
+    mails = [email.message_from_bytes(mail.content, policy=email.policy.default) for mail in sink.envelopes]
+    assert [json.loads(mail.get_content())["id"] for mail in mails] == [1, 2, 3]
     assert len(set(sink.sessions)) == 3
 
 

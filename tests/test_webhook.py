@@ -301,6 +301,8 @@ def test_a_proxy_the_webhook_cannot_use_is_a_start_up_error(proxy: httpproxy.Pro
     monkeypatch.setenv("https_proxy", "socks5://user:secret@127.0.0.1:1080")
     with pytest.raises(SubsError) as error:
         load_handlers(config={"webhook": {"url": "https://hooks.example.com/in"}})
-    assert (
-        str(error.value) == "[handlers.webhook] proxy: the environment's proxy for it is a socks5:// URL; use http://"
+    assert str(error.value) == (
+        "[handlers.webhook] proxy: the environment names a socks5:// proxy (http_proxy / https_proxy); "
+        "use an http:// one"
     )
+    assert "secret" not in str(error.value)
