@@ -5,7 +5,7 @@ round trips. Proxies come from the environment as for curl and urllib:
 ``http_proxy``, ``https_proxy`` and ``no_proxy``.
 
 Imported only where a webhook is configured: every handler process loads
-the built-in plugins, and urllib3 costs about 90 ms and 4 MB to load."""
+the built-in plugins, and urllib3 costs each about 90 ms and 2 MB to load."""
 
 from __future__ import annotations
 
