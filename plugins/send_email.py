@@ -150,16 +150,14 @@ def _server(tag: str, settings: Mapping[str, Any]) -> Server:
     if starttls and implicit:
         raise SubsError(f"[handlers.{tag}] starttls and ssl exclude each other: ssl for port 465, starttls for 587")
     mode = "ssl" if implicit else "starttls" if starttls else "plain"
-    ca_file = settings.get("ca_file")
+    ca_file = tls.file_setting(tag, settings, "ca_file")
     if ca_file is not None:
         if mode == "plain":
             raise SubsError(f"[handlers.{tag}] ca_file: for starttls or ssl only")
-        if not isinstance(ca_file, str) or not ca_file:
-            raise SubsError(f'[handlers.{tag}] ca_file must be the path of a PEM file, e.g. "/etc/subs/ca.pem"')
         try:
             tls.context(ca_file)
         except tls.SettingError as exc:
-            raise SubsError(f"[handlers.{tag}] {exc.args[0]}: {exc.args[1]}") from None
+            raise tls.start_up_error(tag, exc) from None
     username = settings.get("username")
     return Server(
         host=str(settings.get("host", "localhost")),

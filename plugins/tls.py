@@ -7,6 +7,10 @@ from __future__ import annotations
 import functools
 import os
 import ssl
+from collections.abc import Mapping
+from typing import Any
+
+from subscriptions.errors import SubsError
 
 FILES = ("ca_file", "client_cert", "client_key")
 
@@ -14,6 +18,20 @@ FILES = ("ca_file", "client_cert", "client_key")
 class SettingError(ValueError):
     """A setting that cannot work: ``args`` are the setting's name and what
     is wrong, for a start-up error."""
+
+
+def file_setting(tag: str, settings: Mapping[str, Any], name: str) -> str | None:
+    """A PEM file setting of ``[handlers.TAG]``: None when unset."""
+    value = settings.get(name)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise SubsError(f'[handlers.{tag}] {name} must be the path of a PEM file, e.g. "/etc/subs/{name}.pem"')
+    return value
+
+
+def start_up_error(tag: str, error: SettingError) -> SubsError:
+    """The one-line error for a setting of ``[handlers.TAG]`` that cannot work."""
+    name, reason = error.args
+    return SubsError(f"[handlers.{tag}] {name}: {reason}")
 
 
 @functools.cache

@@ -145,13 +145,10 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
 def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str | None, str | None, str | None]:
     """The TLS settings, checked: a file that is missing or not what its
     setting says is a start-up error."""
-    files = {name: settings.get(name) for name in tls.FILES}
+    files = {name: tls.file_setting(tag, settings, name) for name in tls.FILES}
     given = [name for name, path in files.items() if path is not None]
     if given and scheme != "https":
         raise SubsError(f"[handlers.{tag}] {', '.join(given)}: for https:// urls only")
-    for name in given:
-        if not isinstance(files[name], str) or not files[name]:
-            raise SubsError(f'[handlers.{tag}] {name} must be the path of a PEM file, e.g. "/etc/subs/{name}.pem"')
     if files["client_key"] and not files["client_cert"]:
         raise SubsError(f"[handlers.{tag}] client_key needs client_cert, the certificate it goes with")
     return files["ca_file"], files["client_cert"], files["client_key"]
@@ -165,8 +162,7 @@ def _check_transport(tag: str, target: Target) -> None:
     try:
         webhook_http.pool(target.url, target.tls)
     except tls.SettingError as exc:
-        name, reason = exc.args
-        raise SubsError(f"[handlers.{tag}] {name}: {reason}") from None
+        raise tls.start_up_error(tag, exc) from None
 
 
 def _retry_after(value: str | None) -> float | None:

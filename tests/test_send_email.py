@@ -32,6 +32,10 @@ def handler(tag: str, settings: dict[str, Any]):
     return load_handlers(config={tag: settings})[tag]
 
 
+def mail_settings(port: int, **more: Any) -> dict[str, Any]:
+    return {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "a@example.com", "timeout": 5, **more}
+
+
 class MailSink:
     """An aiosmtpd handler keeping what it accepts, and the address of the
     session each mail came in (one per connection); refuses recipients
@@ -96,13 +100,7 @@ def test_send_email_delivers_json_body(smtp_peer: tuple[MailSink, int]) -> None:
 
 def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = {
-        "host": LOOPBACK,
-        "port": port,
-        "from": "subs@example.com",
-        "to": ["ops@example.com"],
-        "subject": "{tag}: {table}#{id} attempt {attempt}",
-    }
+    settings = mail_settings(port, to=["ops@example.com"], subject="{tag}: {table}#{id} attempt {attempt}")
     deliver(handler("send_email", settings), make_event("send_email", table="T\nX", id=5, attempt=2))
     mail = email.message_from_bytes(sink.envelopes[0].content, policy=email.policy.default)
     assert mail["Subject"] == "send_email: T X#5 attempt 2"
@@ -110,13 +108,7 @@ def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[
 
 def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = {
-        "host": LOOPBACK,
-        "port": port,
-        "from": "subs@example.com",
-        "to": "nobody@example.com",
-        "password": "pw-never-shown",
-    }
+    settings = mail_settings(port, to="nobody@example.com", password="pw-never-shown")
     with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user") as failure:
         deliver(handler("send_email", settings), make_event("send_email"))
     assert "pw-never-shown" not in str(failure.value)
@@ -125,7 +117,7 @@ def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]
 
 def test_send_email_fails_when_nothing_listens() -> None:
     port = free_port()
-    settings = {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "a@example.com", "timeout": 2}
+    settings = mail_settings(port, timeout=2)
     with pytest.raises(RuntimeError, match=rf"send_email via 127\.0\.0\.1:{port}: .*refused"):
         deliver(handler("send_email", settings), make_event("send_email"))
 
@@ -143,10 +135,6 @@ def test_send_email_settings_errors_name_the_tag() -> None:
             handler("send_email", {"from": "s@example.com", "to": "a@example.com", "subject": "{nope}"}),
             make_event("send_email"),
         )
-
-
-def mail_settings(port: int, **more: Any) -> dict[str, Any]:
-    return {"host": LOOPBACK, "port": port, "from": "subs@example.com", "to": "a@example.com", "timeout": 5, **more}
 
 
 def test_one_session_carries_mail_after_mail(smtp_peer: tuple[MailSink, int]) -> None:
