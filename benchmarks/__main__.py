@@ -31,6 +31,7 @@ from . import (
     w10_handler_pool,
     w11_wide_tables,
     w12_many_subscriptions,
+    w13_blob_rows,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -51,6 +52,7 @@ WORKLOADS = {
         w10_handler_pool,
         w11_wide_tables,
         w12_many_subscriptions,
+        w13_blob_rows,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

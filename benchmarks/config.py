@@ -34,6 +34,7 @@ class Sizes:
     w11_rows: int = 2_000
     w12_events: int = 20_000
     w12_tables: int = 300
+    w13_rows: int = 500
 
 
 FULL = Sizes()
@@ -57,6 +58,7 @@ QUICK = Sizes(
     w11_rows=40,
     w12_events=100,
     w12_tables=10,
+    w13_rows=20,
 )
 
 
