@@ -56,6 +56,17 @@ DECLARE key_bytes INTEGER = 1;
 DECLARE row_bytes INTEGER = 1;
 DECLARE has_blob BOOLEAN = FALSE;
 DECLARE decimal_floats BOOLEAN = TRUE;
+DECLARE blob_append BOOLEAN = TRUE;
+-- How row images are assembled ('v', 'a' or 'c': see below), the parts of
+-- the current VARCHAR run, the current BLOB_APPEND's arguments, and what
+-- closes an image.
+DECLARE assembly CHAR(1) CHARACTER SET ASCII;
+DECLARE run_bytes INTEGER = 1;
+DECLARE run_piece INTEGER;
+DECLARE arguments INTEGER = 2;
+DECLARE in_run BOOLEAN = TRUE;
+DECLARE opening VARCHAR(80) CHARACTER SET ASCII;
+DECLARE closing VARCHAR(100) CHARACTER SET ASCII;
 DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
 DECLARE field_type SMALLINT;
 DECLARE sub_type SMALLINT;
@@ -129,14 +140,43 @@ BEGIN
     RETURN OCTET_LENGTH(text) || ':' || text;
 END
 
+-- A column's type code (see the top of this file); NULL for a type that
+-- is not captured.
+DECLARE FUNCTION type_code_of (field_type SMALLINT, sub_type SMALLINT, field_scale SMALLINT,
+                               charset_name VARCHAR(63) CHARACTER SET UTF8)
+RETURNS VARCHAR(70) CHARACTER SET UTF8
+AS
+BEGIN
+    RETURN CASE
+        WHEN field_type IN (7, 8, 16) AND sub_type = 0 AND field_scale = 0 THEN 'i'
+        WHEN field_type IN (7, 8, 16, 26, 24, 25) THEN 'N'
+        WHEN field_type IN (10, 27) THEN 'f'
+        WHEN field_type = 23 THEN 'b'
+        WHEN field_type = 12 THEN 'D'
+        WHEN field_type = 13 THEN 'T'
+        WHEN field_type = 35 THEN 'S'
+        WHEN field_type = 28 THEN 'z'
+        WHEN field_type = 29 THEN 'Z'
+        WHEN field_type IN (14, 37) AND charset_name = 'OCTETS' THEN 'x'
+        WHEN field_type IN (14, 37) THEN 's' || charset_name
+        WHEN field_type = 261 AND sub_type = 1 THEN 's' || COALESCE(charset_name, 'NONE')
+        WHEN field_type = 261 THEN 'x'
+    END;
+END
+
 -- One column's part of a captured row, for context NEW or OLD: its header
 -- (name and type), then '-' or its value: counted in keys and for text and
--- bytes, delimited elsewhere in row images (ROW_IMAGE), where floats take
--- the decimal form when the engine has DECFLOAT (DECIMAL_FLOATS).
+-- bytes, delimited elsewhere in row images, where floats take the decimal
+-- form when the engine has DECFLOAT (DECIMAL_FLOATS). ASSEMBLY says what
+-- the part goes into: 'k' a key, 'v' a row image built as a VARCHAR, 'a'
+-- one built with BLOB_APPEND, 'c' one built by BLOB concatenation (see
+-- EVENT_CAPTURE_SOURCE). In the last two a BLOB's value is not part of the
+-- column's VARCHAR run: it joins the image on its own, once, after the run
+-- (which its part closes).
 -- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
 DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
                            header VARCHAR(400) CHARACTER SET UTF8, type_code VARCHAR(70) CHARACTER SET UTF8,
-                           field_length INTEGER, row_image BOOLEAN, decimal_floats BOOLEAN)
+                           field_length INTEGER, assembly CHAR(1) CHARACTER SET ASCII, decimal_floats BOOLEAN)
 RETURNS VARCHAR(4500) CHARACTER SET UTF8
 AS
 DECLARE ref VARCHAR(140) CHARACTER SET UTF8;
@@ -164,7 +204,7 @@ BEGIN
         shift = 'CAST(FLOOR(LOG(2, ABS(' || ref || '))) - 60 AS INTEGER)';
         finite = 'CAST(CAST(IIF(ABS(' || ref || ') < 1e-290, ' || ref || ' * POWER(2, 200) / POWER(2, ' || shift
             || ' + 200), ' || ref || ' / POWER(2, ' || shift || ')) AS BIGINT) AS VARCHAR(21)) || ''p'' || ' || shift;
-        IF (row_image AND decimal_floats) THEN
+        IF (assembly <> 'k' AND decimal_floats) THEN
             finite = 'CAST(CAST(' || ref || ' AS DECFLOAT(34)) AS VARCHAR(60) CHARACTER SET OCTETS)';
         value_expr = 'CASE WHEN ' || ref || ' <> ' || ref || ' THEN ''nan'''
             || ' WHEN ' || ref || ' > 1.7976931348623157e308 THEN ''inf'''
@@ -180,7 +220,11 @@ BEGIN
         value_expr = 'CAST(' || ref || ' AS VARCHAR(' || field_length || ') CHARACTER SET OCTETS)';
     prefix = ASCII_CHAR(10) || '                || ''' || REPLACE(header, '''', '''''') || ''' || IIF(' || ref
         || ' IS NULL, ''-'', ';
-    IF (row_image AND type_code <> 'x' AND type_code NOT STARTING WITH 's') THEN
+    IF (assembly = 'a' AND field_length IS NULL) THEN
+        RETURN prefix || 'OCTET_LENGTH(' || ref || ') || '':''), ' || ref || ', ''''';
+    IF (assembly = 'c' AND field_length IS NULL) THEN
+        RETURN prefix || 'OCTET_LENGTH(' || ref || ') || '':'')) || COALESCE(' || ref || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
+    IF (assembly <> 'k' AND type_code <> 'x' AND type_code NOT STARTING WITH 's') THEN
         RETURN prefix || '''='' || ' || value_expr || ' || '';'')';
     RETURN prefix || 'OCTET_LENGTH(' || value_expr || ') || '':'' || ' || value_expr || ')';
 END
@@ -191,6 +235,7 @@ BEGIN
         max_chars = 31;
         max_bytes = 31;
         decimal_floats = FALSE;
+        blob_append = FALSE;
         caught_error = '''SQLSTATE '' || SQLSTATE || '', GDSCODE '' || GDSCODE';
     END
     ELSE
@@ -198,6 +243,7 @@ BEGIN
         max_chars = 63;
         max_bytes = 252;
         caught_error = 'RDB$ERROR(MESSAGE)';
+        blob_append = RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') NOT IN ('4.0.0', '4.0.1');
     END
     SELECT FIRST 1 TRIM(TRAILING FROM RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
@@ -225,10 +271,52 @@ BEGIN
                     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$CONSTRAINT_TYPE = 'PRIMARY KEY')) THEN
         REASON = 'no primary key';
 
+    -- How the row images are assembled, which their columns' parts depend
+    -- on: as a VARCHAR when no column is a BLOB and the image fits in one
+    -- ('v'); else as a BLOB, and every concatenation of a BLOB copies it
+    -- (an update of rows with two 200 KB BLOBs cost 94 ms and 5 MB of
+    -- temporary BLOBs a row when each value was concatenated in turn).
+    -- BLOB_APPEND (Firebird 4.0.2 and later) appends in place ('a');
+    -- elsewhere runs of VARCHAR parts join the BLOB values once each ('c').
+    FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
+               COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME)
+        FROM RDB$RELATION_FIELDS rf
+        JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
+        LEFT JOIN RDB$CHARACTER_SETS cs ON cs.RDB$CHARACTER_SET_ID = f.RDB$CHARACTER_SET_ID
+        WHERE rf.RDB$RELATION_NAME = :TABLE_NAME
+          AND f.RDB$DIMENSIONS IS NULL
+          AND f.RDB$COMPUTED_BLR IS NULL
+        INTO column_name, field_type, sub_type, field_scale, field_length, charset_name
+    DO
+    BEGIN
+        type_code = type_code_of(field_type, sub_type, field_scale, charset_name);
+        IF (type_code IS NOT NULL) THEN
+            row_bytes = row_bytes + OCTET_LENGTH(counted(column_name) || counted(type_code)) + 12
+                + IIF(field_type IN (14, 37), field_length, 80);
+        IF (field_type = 261) THEN
+            has_blob = TRUE;
+    END
+    IF (NOT has_blob AND row_bytes <= 32000) THEN
+    BEGIN
+        assembly = 'v';
+        old_expr = '''~''';
+        closing = '';
+    END
+    ELSE IF (blob_append) THEN
+    BEGIN
+        assembly = 'a';
+        old_expr = 'BLOB_APPEND(CAST(''~'' AS VARCHAR(1) CHARACTER SET OCTETS), ''''';
+        closing = ')';
+    END
+    ELSE
+    BEGIN
+        assembly = 'c';
+        old_expr = 'CAST(''~'' AS BLOB SUB_TYPE BINARY) || (''''';
+        closing = ')';
+    END
+    new_expr = old_expr;
     key_old = '''~''';
     key_new = '''~''';
-    old_expr = '''~''';
-    new_expr = '''~''';
     FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
                COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME),
                EXISTS (SELECT 1 FROM RDB$RELATION_CONSTRAINTS rc
@@ -246,36 +334,56 @@ BEGIN
         INTO column_name, field_type, sub_type, field_scale, field_length, charset_name, in_key
     DO
     BEGIN
-        type_code = CASE
-            WHEN field_type IN (7, 8, 16) AND sub_type = 0 AND field_scale = 0 THEN 'i'
-            WHEN field_type IN (7, 8, 16, 26, 24, 25) THEN 'N'
-            WHEN field_type IN (10, 27) THEN 'f'
-            WHEN field_type = 23 THEN 'b'
-            WHEN field_type = 12 THEN 'D'
-            WHEN field_type = 13 THEN 'T'
-            WHEN field_type = 35 THEN 'S'
-            WHEN field_type = 28 THEN 'z'
-            WHEN field_type = 29 THEN 'Z'
-            WHEN field_type IN (14, 37) AND charset_name = 'OCTETS' THEN 'x'
-            WHEN field_type IN (14, 37) THEN 's' || charset_name
-            WHEN field_type = 261 AND sub_type = 1 THEN 's' || COALESCE(charset_name, 'NONE')
-            WHEN field_type = 261 THEN 'x'
-        END;
+        type_code = type_code_of(field_type, sub_type, field_scale, charset_name);
         -- Fixed-format values are ASCII text of at most 80 bytes.
         value_bytes = IIF(field_type IN (14, 37), field_length, 80);
         IF (field_type = 261) THEN
-        BEGIN
-            has_blob = TRUE;
             field_length = NULL;
-        END
         ELSE IF (type_code IS NOT NULL AND type_code NOT STARTING WITH 's' AND type_code <> 'x') THEN
             field_length = 80;
         IF (type_code IS NOT NULL) THEN
         BEGIN
             header = counted(column_name) || counted(type_code);
-            row_bytes = row_bytes + OCTET_LENGTH(header) + 12 + value_bytes;
-            old_fragment = fragment('OLD', column_name, header, type_code, field_length, TRUE, decimal_floats);
-            new_fragment = fragment('NEW', column_name, header, type_code, field_length, TRUE, decimal_floats);
+            old_fragment = fragment('OLD', column_name, header, type_code, field_length, assembly, decimal_floats);
+            new_fragment = fragment('NEW', column_name, header, type_code, field_length, assembly, decimal_floats);
+            IF (assembly <> 'v') THEN
+            BEGIN
+                -- A run of parts must fit in a VARCHAR, and BLOB_APPEND
+                -- takes at most 255 arguments: past 250 the rest go into
+                -- one more BLOB_APPEND, its last.
+                run_piece = OCTET_LENGTH(header) + 12 + IIF(field_length IS NULL, 0, value_bytes);
+                opening = '';
+                IF (assembly = 'a' AND arguments > 250) THEN
+                BEGIN
+                    opening = ', BLOB_APPEND(CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS), ''''';
+                    closing = closing || ')';
+                    arguments = 2;
+                    run_bytes = 0;
+                END
+                ELSE IF (NOT in_run) THEN
+                BEGIN
+                    -- After a BLOB's value, in a concatenation: each one
+                    -- costs a copy of the image so far, an empty run too.
+                    opening = ' || (''''';
+                    in_run = TRUE;
+                    run_bytes = 0;
+                END
+                ELSE IF (run_bytes + run_piece > 32000) THEN
+                BEGIN
+                    opening = IIF(assembly = 'a', ', ''''', ') || (''''');
+                    arguments = arguments + 1;
+                    run_bytes = 0;
+                END
+                old_fragment = opening || old_fragment;
+                new_fragment = opening || new_fragment;
+                run_bytes = run_bytes + run_piece;
+                IF (field_length IS NULL) THEN
+                BEGIN
+                    arguments = arguments + 2;
+                    run_bytes = 0;
+                    in_run = (assembly = 'a');
+                END
+            END
             IF (CHAR_LENGTH(old_part) + CHAR_LENGTH(old_fragment) > 8000) THEN
             BEGIN
                 old_expr = old_expr || old_part;
@@ -291,13 +399,15 @@ BEGIN
             IF (in_key) THEN
             BEGIN
                 key_bytes = key_bytes + OCTET_LENGTH(header) + 12 + IIF(field_type = 261, 100000, value_bytes);
-                key_old = key_old || fragment('OLD', column_name, header, type_code, field_length, FALSE, FALSE);
-                key_new = key_new || fragment('NEW', column_name, header, type_code, field_length, FALSE, FALSE);
+                key_old = key_old || fragment('OLD', column_name, header, type_code, field_length, 'k', FALSE);
+                key_new = key_new || fragment('NEW', column_name, header, type_code, field_length, 'k', FALSE);
             END
         END
     END
-    old_expr = old_expr || old_part;
-    new_expr = new_expr || new_part;
+    IF (assembly = 'c' AND NOT in_run) THEN
+        closing = '';
+    old_expr = old_expr || old_part || closing;
+    new_expr = new_expr || new_part || closing;
     -- A key longer than EVENT_LOG.PK_ROW holds is left out like a missing
     -- one (a longer PK_ROW would cost every insert of the log: about 1.4 µs
     -- per row for each 1,000 bytes of its declared length, embedded
@@ -307,11 +417,6 @@ BEGIN
         REASON = 'key too long';
         key_old = '''~''';
         key_new = '''~''';
-    END
-    IF (row_bytes > 32000 AND NOT has_blob) THEN
-    BEGIN
-        old_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || old_expr;
-        new_expr = 'CAST('''' AS BLOB SUB_TYPE BINARY) || ' || new_expr;
     END
     IF (REASON IS NULL) THEN
     BEGIN

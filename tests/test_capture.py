@@ -115,6 +115,31 @@ def test_wide_rows_are_captured_as_blobs(settings):
     assert event["new"]["C11"] == "é" * 1000 and len(event["new"]) == 13
 
 
+def test_rows_with_many_blobs_are_captured_whole(settings):
+    """130 BLOBs and a run of VARCHARs longer than one VARCHAR holds: the
+    image's parts pass BLOB_APPEND's 255 arguments (fb4, fb5) and make one
+    long chain of BLOB concatenations (fb3)."""
+    blobs = [f"T{i} BLOB SUB_TYPE TEXT, B{i} BLOB SUB_TYPE BINARY" for i in range(65)]
+    texts = [f"V{i} VARCHAR(1000)" for i in range(12)]
+    columns = ", ".join(blobs[:30] + texts + blobs[30:])
+    execute(settings, f"CREATE TABLE MANY_BLOBS (ID INTEGER NOT NULL PRIMARY KEY, {columns})")
+    Subs(settings).ok("add", "many_blobs", "IUD", "t")
+    values = {f"T{i}": "é" * (i * 300) for i in range(65)} | {f"B{i}": bytes([i]) * (i * 500) for i in range(65)}
+    values |= {f"V{i}": "ü" * 1000 for i in range(12)}
+    values |= {"T3": None, "B64": None, "V5": None}
+    given = {name: value for name, value in values.items() if value is not None}
+    marks = ", ".join("?" * len(given))
+    execute(
+        settings, f"INSERT INTO MANY_BLOBS (ID, {', '.join(given)}) VALUES (1, {marks})", params=tuple(given.values())
+    )
+    execute(settings, "UPDATE MANY_BLOBS SET T0 = 'changed', B1 = NULL WHERE ID = 1", "DELETE FROM MANY_BLOBS")
+    inserted, updated, deleted = events(settings)
+    assert inserted["new"] == {"ID": 1, **values}
+    changed = {"ID": 1, **values, "T0": "changed", "B1": None}
+    assert (updated["old"], updated["new"]) == (inserted["new"], changed)
+    assert deleted["old"] == changed
+
+
 def decoded(batch: list[Claimed]) -> list[Event]:
     """Claimed events as their handler process gets them."""
     events = [claimed.event() for claimed in batch]

@@ -46,6 +46,8 @@ COMMON = [
     ("C_UUID", "CHAR(16) CHARACTER SET OCTETS"),
     ("C_TEXT", "BLOB SUB_TYPE TEXT CHARACTER SET UTF8"),
     ("C_BINARY", "BLOB SUB_TYPE BINARY"),
+    ("C_TEXT_NONE", "BLOB SUB_TYPE TEXT CHARACTER SET NONE"),
+    ("C_TEXT_WIN1252", "BLOB SUB_TYPE TEXT CHARACTER SET WIN1252"),
     ("C_AMOUNT", "D_AMOUNT"),
 ]
 SINCE_FB4 = [
@@ -60,6 +62,11 @@ SINCE_FB4 = [
 LEFT_OUT = [("C_ARRAY", "INTEGER [3]"), ("C_COMPUTED", "COMPUTED BY (C_INTEGER / (ID - ID))")]
 
 NOT_UTF8 = b"\xc3\x28 caf\xe9 \xff"
+# Bytes a client bound as text could not give: written in SQL.
+NONE_NOT_UTF8 = (
+    f"UPDATE ALL_TYPES SET C_NONE = CAST(x'{NOT_UTF8.hex()}' AS VARCHAR(20) CHARACTER SET NONE), "
+    f"C_TEXT_NONE = CAST(x'{NOT_UTF8.hex()}' AS BLOB SUB_TYPE TEXT CHARACTER SET NONE) WHERE ID = 5"
+)
 HIGH = {
     "C_SMALLINT": 32767,
     "C_INTEGER": 2147483647,
@@ -83,6 +90,8 @@ HIGH = {
     "C_UUID": uuid.UUID("12345678-1234-5678-1234-567812345678").bytes,
     "C_TEXT": "ü" * 35_000,
     "C_BINARY": bytes(range(256)) * 4,
+    "C_TEXT_NONE": "plain",
+    "C_TEXT_WIN1252": "€ café ÿ" * 5_000,
     "C_AMOUNT": Decimal("-0.01"),
 }
 LOW = {
@@ -109,6 +118,8 @@ LOW = {
     "C_UUID": bytes(16),
     "C_TEXT": "",
     "C_BINARY": b"",
+    "C_TEXT_NONE": "",
+    "C_TEXT_WIN1252": "",
     "C_AMOUNT": Decimal("0"),
 }
 ODD = {
@@ -169,11 +180,13 @@ def _insert(settings, row_id: int, values: dict) -> None:
 
 def _as_selected(settings, engine: str) -> dict[int, dict]:
     """Every row as the driver selects it: the reference. The driver cannot
-    fetch NONE text that is not UTF-8 at all, so that column is read as bytes."""
+    fetch NONE text that is not UTF-8 at all, so those columns are read as bytes."""
     names = [name for name, _ in _columns(engine) if (name, _) not in LEFT_OUT]
-    expressions = [
-        "CAST(C_NONE AS VARCHAR(20) CHARACTER SET OCTETS)" if name == "C_NONE" else name for name in ["ID", *names]
-    ]
+    as_bytes = {
+        "C_NONE": "CAST(C_NONE AS VARCHAR(20) CHARACTER SET OCTETS)",
+        "C_TEXT_NONE": "CAST(C_TEXT_NONE AS BLOB SUB_TYPE BINARY)",
+    }
+    expressions = [as_bytes.get(name, name) for name in ["ID", *names]]
     rows = {}
     with Database(settings) as db, db.transaction() as cursor:
         cursor.execute(f"SELECT {', '.join(expressions)} FROM ALL_TYPES ORDER BY ID")
@@ -181,8 +194,11 @@ def _as_selected(settings, engine: str) -> dict[int, dict]:
             values = dict(zip(["ID", *names], row))
             values["C_TEXT"] = read_text(values["C_TEXT"])
             values["C_BINARY"] = read_blob(values["C_BINARY"])
-            none = values["C_NONE"]
-            values["C_NONE"] = none if none is None or none == NOT_UTF8 else none.decode()
+            values["C_TEXT_WIN1252"] = read_text(values["C_TEXT_WIN1252"])
+            values["C_TEXT_NONE"] = read_blob(values["C_TEXT_NONE"])
+            for name in as_bytes:
+                none = values[name]
+                values[name] = none if none is None or none == NOT_UTF8 else none.decode()
             rows[values["ID"]] = values
     return rows
 
@@ -227,10 +243,7 @@ def test_every_type_round_trips_exactly_through_insert_update_delete(all_types, 
     for row_id, values in rows.items():
         _insert(settings, row_id, values)
     inserted = _as_selected(settings, engine)
-    execute(
-        settings,
-        f"UPDATE ALL_TYPES SET C_NONE = CAST(x'{NOT_UTF8.hex()}' AS VARCHAR(20) CHARACTER SET NONE) WHERE ID = 5",
-    )
+    execute(settings, NONE_NOT_UTF8)
     before = _as_selected(settings, engine)
     # Each row takes the next row's values: every value is once old, once new.
     names = list(rows[2])
@@ -251,7 +264,7 @@ def test_every_type_round_trips_exactly_through_insert_update_delete(all_types, 
         _same(event["new"], inserted[event["pk"]["ID"]])
     _same(none_fix["old"], inserted[5])
     _same(none_fix["new"], before[5])
-    assert none_fix["new"]["C_NONE"] == NOT_UTF8
+    assert none_fix["new"]["C_NONE"] == none_fix["new"]["C_TEXT_NONE"] == NOT_UTF8
     for event in updates:
         _same(event["old"], before[event["pk"]["ID"]])
         _same(event["new"], after[event["pk"]["ID"]])
@@ -268,10 +281,7 @@ def test_captured_values_bind_back_into_the_driver(all_types, engine):
     rows = _rows(engine)
     for row_id, values in rows.items():
         _insert(settings, row_id, values)
-    execute(
-        settings,
-        f"UPDATE ALL_TYPES SET C_NONE = CAST(x'{NOT_UTF8.hex()}' AS VARCHAR(20) CHARACTER SET NONE) WHERE ID = 5",
-    )
+    execute(settings, NONE_NOT_UTF8)
     captured = [e["new"] for e in events(settings) if e["action"] == "I"]
     captured[-1] = [e["new"] for e in events(settings) if e["action"] == "U"][0]
     execute(settings, "DELETE FROM ALL_TYPES")
