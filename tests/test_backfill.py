@@ -137,6 +137,21 @@ def test_keys_with_time_zones_resume_from_chunk_to_chunk(settings, subs: Subs) -
     assert [(e["pk"]["STARTS"], e["pk"]["AT_DESK"]) for e in events(settings)] == rows
 
 
+def test_a_table_whose_statements_pass_64_kb(settings, subs: Subs) -> None:
+    """The backfill's statements for 700 columns come as BLOB readers, which
+    the count's execute closed before they were read: a traceback."""
+    columns = [f"COLUMN_NUMBER_{number}" for number in range(700)]
+    execute(
+        settings, f"CREATE TABLE WIDE (ID INTEGER NOT NULL PRIMARY KEY, {', '.join(f'{c} INTEGER' for c in columns)})"
+    )
+    execute(settings, "INSERT INTO WIDE (ID, COLUMN_NUMBER_0, COLUMN_NUMBER_699) VALUES (1, 7, 9)")
+    subs.ok("add", "wide", "I", "rec")
+    result = subs("backfill", "wide", "rec")
+    assert result.exit_code == 0, result.output + result.stderr
+    (event,) = events(settings)
+    assert event["new"] == {"ID": 1, **dict.fromkeys(columns), "COLUMN_NUMBER_0": 7, "COLUMN_NUMBER_699": 9}
+
+
 def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
     total = 6 * ROWS  # the run is killed after 2,000 rows, long before its end
     fill(lines, ROWS, total)

@@ -487,3 +487,22 @@ def test_idle_streams_are_probed_again_only_when_something_may_have_changed(item
         time.sleep(0.5)
         probe.ready(claimer, others)
         assert claimer.probes == 4, "the last probe was too old"
+
+
+def test_a_stream_claim_reads_large_values_before_it_looks_up_a_new_subscription(settings):
+    """A subscription added to the stream since its targets were read is
+    looked up on the claim's cursor: the large values it claimed (BLOB
+    readers past the driver's 64 KB) are read before that, or are lost."""
+    execute(settings, "CREATE TABLE DOCS (ID INTEGER NOT NULL PRIMARY KEY, BODY BLOB SUB_TYPE TEXT)")
+    Subs(settings).ok("add", "docs", "I", "mail")
+    with Database(settings) as db:
+        (inserts,) = load_targets(db)
+    Subs(settings).ok("add", "docs", "U", "mail")
+    body = "é" * 100_000
+    execute(settings, "INSERT INTO DOCS VALUES (1, ?)", params=(body,))
+    execute(settings, "UPDATE DOCS SET BODY = BODY || 'x'")
+    with Database(settings) as db:
+        claimer = Claimer(db, "a:1", 30)
+        events = [claimed.event()[0] for claimed in claimer.claim_head([inserts], 10)]
+        claimer.free_statements()
+    assert [(e.action, e.new["BODY"]) for e in events] == [("I", body), ("U", body + "x")]

@@ -23,6 +23,7 @@ from firebird.driver import (
     create_database,
     tpb,
 )
+from firebird.driver.core import BlobReader
 
 from subscriptions.errors import SubsError
 
@@ -216,6 +217,20 @@ def read_blob(value: object) -> bytes | None:
         return value
     with value:  # type: ignore[attr-defined]
         return cast(bytes, value.read())  # type: ignore[attr-defined]
+
+
+def fetch_all(cursor: Cursor) -> list[tuple[Any, ...]]:
+    """The cursor's remaining rows, every BLOB in them read: the driver hands
+    out a large one as a BlobReader of the cursor's statement, which the
+    cursor's next execute closes."""
+    return [
+        tuple(_read(value) if isinstance(value, BlobReader) else value for value in row) for row in cursor.fetchall()
+    ]
+
+
+def _read(blob: BlobReader) -> Any:
+    with blob:
+        return blob.read()
 
 
 def read_text(value: object) -> str | None:

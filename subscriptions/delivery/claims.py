@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, nowait_tpb, read_blob
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb, read_blob
 from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
@@ -242,7 +242,7 @@ class Claimer:
         def runs(cursor: Cursor) -> list[tuple[Any, ...]]:
             params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids), _id_list(afters))
             self._execute(cursor, self._sql["claim"], params)
-            rows = _rows(cursor)
+            rows = fetch_all(cursor)
             self.conflicts += sum(1 for row in rows if row[0] is None)
             return [row for row in rows if row[0] is not None]
 
@@ -294,7 +294,7 @@ class Claimer:
     def _in_log_order(self, cursor: Cursor, known: dict[int, Target]) -> list[tuple[Any, ...]]:
         """A stream claim's rows in log order; ``known`` learns the
         subscriptions added to the stream since the targets were read."""
-        rows = sorted(_rows(cursor), key=lambda row: int(row[0]))
+        rows = sorted(fetch_all(cursor), key=lambda row: int(row[0]))
         if any(row[1] not in known for row in rows):
             cursor.execute(self._sql["subscriptions"])
             known.update((row[0], Target(*row)) for row in cursor.fetchall())
@@ -394,10 +394,6 @@ def _id_lists(ids: Sequence[int]) -> Iterator[str]:
     """``ids`` as id lists of at most MAX_IDS each, one per settling statement."""
     for start in range(0, len(ids), MAX_IDS):
         yield _id_list(ids[start : start + MAX_IDS])
-
-
-def _rows(cursor: Cursor) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in cursor.fetchall()]
 
 
 def _sorted_ids(event_ids: Iterable[int]) -> list[int]:

@@ -24,7 +24,7 @@ from subscriptions.capture.metadata import Table, load_table
 from subscriptions.capture.names import check_condition, check_tag
 from subscriptions.capture.values import decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, read_text
+from subscriptions.db.connection import Database, fetch_all, read_text
 from subscriptions.db.errors import first_line, is_conflict
 from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
@@ -157,18 +157,17 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
                 "go on, or add --restart to start over"
             )
         cursor.execute(statements["source"], (sub_id, condition))
-        first_chunk, next_chunk, count_rows, reason = cursor.fetchone()
+        ((first_text, next_text, count_rows, reason),) = fetch_all(cursor)
         if reason is not None:
             raise SubsError(f"cannot backfill {table.name}: {reason}")
         try:
-            cursor.prepare(read_text(first_chunk)).free()
-            cursor.execute(read_text(count_rows))
+            cursor.prepare(first_text).free()
+            cursor.execute(count_rows)
             (rows_total,) = cursor.fetchone()
         except DatabaseError as exc:
             if is_conflict(exc):
                 raise
             raise SubsError(f"--where rejected by the database: {first_line(exc)}") from None
-        first_text, next_text = read_text(first_chunk) or "", read_text(next_chunk) or ""
         if not resume:
             cursor.execute(statements["start"], (sub_id, condition, rows_total))
             return _Plan(sub_id, table, first_text, next_text, None, 0, 0, int(rows_total), False)

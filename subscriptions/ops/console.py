@@ -21,7 +21,7 @@ from subscriptions.capture.drift import capture_states
 from subscriptions.capture.keys import key_hash, row_key
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
-from subscriptions.db.connection import read_blob, read_text
+from subscriptions.db.connection import fetch_all, read_blob, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.delivery.metrics import queue_depths
 from subscriptions.delivery.serving import consumers, listening_modes
@@ -228,13 +228,13 @@ def events(cursor: Cursor, chosen: EventFilter, *, limit: int = PAGE_SIZE, after
                 statements["row_events"],
                 (limit + 1, row_hash, captured, after, table, chosen.subscription, chosen.subscription, like),
             )
-            rows.extend(cursor.fetchall())
+            rows.extend(fetch_all(cursor))
     else:
         deads = [chosen.state == "dead"] if chosen.state else [False, True]
         for sub_id, _, _ in targets:
             for dead in deads:
                 cursor.execute(statements["subscription_events"], (limit + 1, sub_id, dead, after, like))
-                rows.extend(cursor.fetchall())
+                rows.extend(fetch_all(cursor))
     rows.sort(key=lambda row: int(row[0]))
     page = [_event(row) for row in rows[:limit]]
     return EventPage(page, page[-1].id if len(rows) > limit else None)
