@@ -41,6 +41,20 @@ NOTICE_COOKIE = "subs_notice"
 HTMX = "htmx-2.0.8.min.js"
 
 
+# The pages cut a value's JSON after this many characters (a row with a
+# 5 MB BLOB made a 23 MB page); the JSON API gives it whole.
+SHOWN_CHARS = 10_000
+
+
+def _shown(value: Any, event_id: int | None = None) -> str:
+    """A captured value as the pages show it: its JSON, cut when long."""
+    text = dumps(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    whole = f"/api/events/{event_id}" if event_id is not None else "the JSON API"
+    return f"{text[:SHOWN_CHARS]}… ({len(text) - SHOWN_CHARS:,} more characters; {whole} has them)"
+
+
 class ApiResponse(JSONResponse):
     """JSON with captured values encoded as ``event.to_json()`` encodes them."""
 
@@ -51,7 +65,7 @@ class ApiResponse(JSONResponse):
 def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(resources.files("subscriptions.web").joinpath("templates")))
     templates.env.autoescape = True
-    templates.env.filters["value"] = dumps
+    templates.env.filters["value"] = _shown
     templates.env.filters["count"] = lambda summary, name: (
         f"{getattr(summary, name):,}" + ("+" if name in summary.at_least else "")
     )
