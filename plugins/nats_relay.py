@@ -21,9 +21,11 @@ event's idempotency key: the database's id and the event id, the same on
 every redelivery, so JetStream drops a redelivery inside its duplicate
 window), ``Subs-Event-Id``, ``Subs-Table``, ``Subs-Action`` and
 ``Subs-Attempt``. An event is delivered only when JetStream acknowledges it
-(PubAck); no acknowledgement in time, JetStream's refusal (a message over
-the stream's size limit, say), no stream for the subject, or a lost
-connection is a failed attempt with that reason. The events of a claim are
+(PubAck); no acknowledgement in time, JetStream's refusal, no stream for
+the subject, or a lost connection is a failed attempt with that reason. An
+event too large for the server's ``max_payload`` or the stream's
+``max_msg_size`` is undeliverable: it goes dead at once, saying which limit
+to raise (``subs retry`` sends it again). The events of a claim are
 published together and their acknowledgements awaited together (a batch
 handler), over one connection per listener process that reconnects by
 itself.
@@ -47,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
-from subscriptions.errors import SubsError
+from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.events import Event
 
 # nats-py is imported where it is used, not here: every handler process
@@ -214,6 +216,25 @@ async def _connect(settings: Settings, tag: str, *, reconnect: bool) -> Client:
     return client
 
 
+# JetStream's error code for a message over the stream's max_msg_size.
+MESSAGE_TOO_LARGE = 10054
+
+
+def _failure(outcome: BaseException, subject: str) -> BaseException:
+    """The attempt's error for JetStream's refusal or a publish's error:
+    undeliverable when the event is too large to ever be taken."""
+    import nats.js.errors
+
+    if isinstance(outcome, Undeliverable):
+        return Undeliverable(f"nats {subject}: {outcome}")
+    if isinstance(outcome, nats.js.errors.APIError) and outcome.err_code == MESSAGE_TOO_LARGE:
+        return Undeliverable(
+            f"nats {subject}: JetStream refused the message: {outcome.description}; raise the stream's "
+            "max_msg_size, then `subs retry` the event"
+        )
+    return RelayError(f"nats {subject}: {_reason(outcome, subject)}")
+
+
 def _reason(exc: BaseException, subject: str) -> str:
     import nats.errors
     import nats.js.errors
@@ -314,8 +335,11 @@ class Relay:
         acks = self.waiting[number] = _Acks(len(events))
         try:
             for index, (event, subject) in enumerate(zip(events, subjects)):
+                payload, reply = event.to_json().encode("utf-8"), f"{inbox}.{number}.{index}"
+                if len(payload) > client.max_payload:
+                    acks.answer(index, Undeliverable(_over_max_payload(len(payload), client.max_payload)))
+                    continue
                 try:
-                    payload, reply = event.to_json().encode("utf-8"), f"{inbox}.{number}.{index}"
                     await client.publish(subject, payload, reply=reply, headers=headers_for(event))
                 except Exception as exc:
                     acks.answer(index, exc)
@@ -330,10 +354,17 @@ class Relay:
                     RelayError(f"nats {subject}: no acknowledgement from JetStream within {self.settings.timeout:g} s")
                 )
             elif (outcome := acks.answers[index]) is not None:
-                results.append(RelayError(f"nats {subject}: {_reason(outcome, subject)}"))
+                results.append(_failure(outcome, subject))
             else:
                 results.append(None)
         return results
+
+
+def _over_max_payload(size: int, limit: int) -> str:
+    return (
+        f"the event is {size:,} bytes of JSON, more than the NATS server's max_payload of {limit:,}: "
+        "raise max_payload, then `subs retry` the event"
+    )
 
 
 def check_login(tag: str, settings: Settings) -> None:

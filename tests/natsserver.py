@@ -26,7 +26,13 @@ def _free_port() -> int:
 
 class NatsServer:
     def __init__(
-        self, directory: Path, *, user: str | None = None, password: str | None = None, token: str | None = None
+        self,
+        directory: Path,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        max_payload: int | None = None,
     ) -> None:
         executable = shutil.which("nats-server") or "/usr/sbin/nats-server"
         if not Path(executable).exists():
@@ -42,6 +48,8 @@ class NatsServer:
             config += f'authorization {{ user: "{user}", password: "{password}" }}\n'
         if token:
             config += f'authorization {{ token: "{token}" }}\n'
+        if max_payload:
+            config += f"max_payload: {max_payload}\n"
         self.config = directory / "nats.conf"
         self.config.write_text(config)
         self.start()

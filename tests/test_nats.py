@@ -21,7 +21,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from subscriptions.db.connection import Database
-from subscriptions.errors import SubsError
+from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.testing import deliver, load_handlers, make_event
 
 from conftest import EngineWedged, Subs, assert_one_line_error, execute, wait_until
@@ -97,15 +97,37 @@ def test_a_batch_is_published_together_and_judged_per_event(stream: NatsServer) 
     assert [int(m.headers["Subs-Event-Id"]) for m in stream.messages("OTHER")] == list(range(1, 201, 2))
 
 
-def test_a_message_jetstream_refuses_is_a_failed_attempt(server: NatsServer) -> None:
+def test_a_message_too_large_for_the_stream_is_undeliverable(server: NatsServer) -> None:
     """Settled by JetStream's answer, with its reason (nats-py's
-    publish_async never settles it: nats-io/nats.py#985)."""
+    publish_async never settles it: nats-io/nats.py#985): no later attempt
+    would be taken, so the event goes dead at once."""
     server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"], max_msg_size=300))
     small, large = make_event("nats", id=1), make_event("nats", id=2, new={"NOTE": "x" * 1000})
     errors = relay(server.url).function([small, large])
-    assert errors[0] is None
-    assert "nats subs.T.I: JetStream refused the message: message size exceeds maximum allowed" in str(errors[1])
+    assert errors[0] is None and isinstance(errors[1], Undeliverable)
+    assert str(errors[1]) == (
+        "nats subs.T.I: JetStream refused the message: message size exceeds maximum allowed; "
+        "raise the stream's max_msg_size, then `subs retry` the event"
+    )
     assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1"]
+
+
+def test_a_message_over_the_servers_max_payload_is_undeliverable(tmp_path: Path) -> None:
+    """nats-py refuses to send it (the server would close the connection)."""
+    server = NatsServer(tmp_path, max_payload=4096)
+    try:
+        server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+        large = make_event("nats", id=2, new={"NOTE": "é" * 5000})
+        errors = relay(server.url).function([make_event("nats", id=1), large, make_event("nats", id=3)])
+        assert errors[0] is None and errors[2] is None and isinstance(errors[1], Undeliverable)
+        size = len(large.to_json().encode())
+        assert str(errors[1]) == (
+            f"nats subs.T.I: the event is {size:,} bytes of JSON, more than the NATS server's max_payload of "
+            "4,096: raise max_payload, then `subs retry` the event"
+        )
+        assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1", "3"]
+    finally:
+        server.kill()
 
 
 def test_unanswered_messages_fail_and_late_answers_do_not_confuse_the_next_batch(stream: NatsServer) -> None:
