@@ -31,7 +31,9 @@ id.timestamp.body>`` per secret, space-separated). Any 2xx status is a
 delivery; any other status (redirects are not followed), a connection error
 or a timeout is a failure, retried later. A 429 or 503 answer's
 ``Retry-After`` (seconds or an HTTP date, up to an hour) is honoured: the
-next attempt waits at least that long. Connections are kept between events
+next attempt waits at least that long. A 413 (Payload Too Large) makes the
+event undeliverable: no attempt would send less (``subs retry`` after the
+receiver's limit is raised). Connections are kept between events
 and go through the environment's proxy (webhook_http.py).
 """
 
@@ -51,7 +53,7 @@ from typing import Any
 
 from subscriptions import __version__, hookimpl
 from subscriptions.config import positive_setting, tables_using
-from subscriptions.errors import RetryLater, SubsError
+from subscriptions.errors import RetryLater, SubsError, Undeliverable
 from subscriptions.events import Event
 
 from . import tls
@@ -59,6 +61,7 @@ from . import tls
 DEFAULT_TIMEOUT = 10.0
 # Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
 _THROTTLED = (429, 503)
+_TOO_LARGE = 413
 # A longer Retry-After is taken as this: a receiver's mistake should not park events for days.
 MAX_RETRY_AFTER = 3600.0
 SECRET_PREFIX = "whsec_"
@@ -211,6 +214,10 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
     if 200 <= response.status < 300:
         return
     failure = f"webhook {shown}: HTTP {response.status} {response.reason}"
+    if response.status == _TOO_LARGE:
+        raise Undeliverable(
+            f"{failure} for a body of {len(body):,} bytes; raise the receiver's limit, then `subs retry`"
+        )
     wait = _retry_after(response.headers.get("Retry-After")) if response.status in _THROTTLED else None
     if wait is not None:
         raise RetryLater(f"{failure}; Retry-After {wait:g} s", wait)

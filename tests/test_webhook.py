@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import standardwebhooks
 
-from subscriptions import RetryLater, __version__
+from subscriptions import RetryLater, Undeliverable, __version__
 from subscriptions.errors import SubsError
 from subscriptions.testing import deliver, load_handlers, make_event
 
@@ -143,6 +143,14 @@ def test_other_answers_are_plain_failures(http_peer: HttpPeer, status: int, afte
     """Retry-After counts only on 429 and 503, and only when it can be read."""
     error = throttled(http_peer, status, after)
     assert not isinstance(error, RetryLater) and f"HTTP {status} " in str(error)
+
+
+def test_a_body_too_large_for_the_receiver_is_undeliverable(http_peer: HttpPeer) -> None:
+    """A 413 answers every attempt alike: the event goes dead at once."""
+    error = throttled(http_peer, 413, "5")
+    size = len(http_peer.requests[-1].body)
+    assert isinstance(error, Undeliverable) and str(error).startswith(f"webhook {http_peer.base}/throttle: HTTP 413 ")
+    assert str(error).endswith(f" for a body of {size:,} bytes; raise the receiver's limit, then `subs retry`")
 
 
 # --- signatures ----------------------------------------------------------------
