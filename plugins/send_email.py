@@ -25,7 +25,9 @@ Settings (``[handlers.send_email]`` in subs.toml, or ``SUBS__SEND_EMAIL__<KEY>``
     Seconds allowed for each network operation (default 10).
 
 The body is the event as indented JSON. A refused recipient or message, a
-failed login or an unreachable server is a failure, retried later. Each
+failed login or an unreachable server is a failure, retried later; a mail
+the server refuses for its size (552) is undeliverable: the event goes dead
+at once (``subs retry`` after the server's limit is raised). Each
 handler process keeps its session with the server from one mail to the next
 (a server that closed it meanwhile gets a new one), so a mail costs no new
 connection, TLS handshake or login.
@@ -44,7 +46,7 @@ from typing import Any
 
 from subscriptions import hookimpl
 from subscriptions.config import positive_setting, tables_using
-from subscriptions.errors import SubsError
+from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.events import Event, dumps
 
 from . import tls
@@ -54,6 +56,8 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 # A session idle this long is checked (NOOP) before a mail: servers close idle ones.
 CHECK_AFTER_IDLE = 5.0
+# The SMTP reply to a mail over the server's size limit (RFC 5321, 1870).
+MESSAGE_TOO_LARGE = 552
 
 
 def _flag(tag: str, settings: Mapping[str, Any], key: str) -> bool:
@@ -270,7 +274,13 @@ def send(event: Event, settings: Mapping[str, Any]) -> None:
     try:
         refused = _deliver(server, mail)
     except (smtplib.SMTPException, OSError) as exc:
-        raise RuntimeError(f"{where}: {tls.untrusted(exc) or _describe(exc)}") from None
+        reason = tls.untrusted(exc) or _describe(exc)
+        if isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code == MESSAGE_TOO_LARGE:
+            size = len(mail.as_bytes())
+            raise Undeliverable(
+                f"{where}: {reason} (the mail is {size:,} bytes); raise the server's limit, then `subs retry`"
+            ) from None
+        raise RuntimeError(f"{where}: {reason}") from None
     if refused:
         raise RuntimeError(f"{where}: {_describe(smtplib.SMTPRecipientsRefused(refused))}")
 

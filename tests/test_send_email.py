@@ -18,7 +18,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from subscriptions.errors import SubsError
+from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.testing import deliver, load_handlers, make_event
 
 from certificates import Pki
@@ -113,6 +113,15 @@ def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]
         deliver(handler("send_email", settings), make_event("send_email"))
     assert "pw-never-shown" not in str(failure.value)
     assert sink.envelopes == []
+
+
+def test_a_mail_over_the_servers_size_limit_is_undeliverable() -> None:
+    with smtp_server(data_size_limit=2_000) as (sink, port):
+        event = make_event("send_email", new={"NOTE": "x" * 5_000})
+        with pytest.raises(Undeliverable, match="552 .*size.*raise the server's limit, then `subs retry`$"):
+            deliver(handler("send_email", mail_settings(port)), event)
+        deliver(handler("send_email", mail_settings(port)), make_event("send_email"))
+    assert len(sink.envelopes) == 1
 
 
 def test_send_email_fails_when_nothing_listens() -> None:
