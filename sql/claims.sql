@@ -19,6 +19,17 @@ IIF(OCTET_LENGTH(NEW_ROW) <= 8000, CAST(NEW_ROW AS VARCHAR(8000) CHARACTER SET O
 IIF(OCTET_LENGTH(NEW_ROW) > 8000, NEW_ROW, NULL),
 CREATED_AT, ATTEMPTS
 
+-- name: max_claim_bytes
+-- The captured bytes (OLD_ROW and NEW_ROW) after which a claim stops,
+-- with the event that reached them: with rows of large BLOBs a batch of
+-- 100 (60 events of 5 MB took 660 MB in the listener) would hold them all
+-- in memory at once. Rows of a few KB never come near it.
+16777216
+
+-- name: event_bytes
+-- What event E carries, counted against max_claim_bytes.
+COALESCE(OCTET_LENGTH(E.OLD_ROW), 0) + COALESCE(OCTET_LENGTH(E.NEW_ROW), 0)
+
 -- name: claimed_outputs
 -- claimed_columns as the output parameters of a PSQL block.
 EVENT_ID BIGINT, SUB_ID INTEGER, PK_ROW VARCHAR(1000) CHARACTER SET OCTETS,
@@ -41,7 +52,8 @@ VALUES (:SPAN_ID, :THE_SUB, :RUN_FIRST, :RUN_LAST, :OWNER, DATEADD(:LEASE_MS MIL
 
 -- name: claim
 -- Parallel mode: up to MAX_ROWS available events of the subscriptions in
--- IDS (comma-separated ids, taken in that order), each in log order. No
+-- IDS (comma-separated ids, taken in that order), each in log order, and
+-- no more once they carry max_claim_bytes. No
 -- event is written: each run of a subscription's events handed out (every
 -- live event from its first to its last) becomes one EVENT_SPAN row, the
 -- consumer's lease on them, and every event comes with its run's SPAN_ID
@@ -69,6 +81,7 @@ AS
 DECLARE ID BIGINT;
 DECLARE THE_SUB INTEGER;
 DECLARE TAKEN INTEGER = 0;
+DECLARE TAKEN_BYTES BIGINT = 0;
 DECLARE LOCKED BOOLEAN;  -- this claim holds the subscription
 DECLARE BUSY BOOLEAN;  -- another claimer holds it
 DECLARE CANDIDATE BIGINT;
@@ -86,7 +99,7 @@ DECLARE AFTER BIGINT;
 BEGIN
     IDS = IDS || ',';
     AFTERS = AFTERS || ',';
-    WHILE (TAKEN < MAX_ROWS AND CHAR_LENGTH(IDS) > 1) DO
+    WHILE (TAKEN < MAX_ROWS AND TAKEN_BYTES < {{max_claim_bytes}} AND CHAR_LENGTH(IDS) > 1) DO
     BEGIN
         {{next_id}};
         THE_SUB = ID;
@@ -164,7 +177,9 @@ BEGIN
                     ATTEMPTS = ATTEMPTS + 1;
                     SUSPEND;
                     TAKEN = TAKEN + 1;
-                    IF (TAKEN >= MAX_ROWS) THEN
+                    TAKEN_BYTES = TAKEN_BYTES + COALESCE(OCTET_LENGTH(OLD_TEXT), OCTET_LENGTH(OLD_BLOB), 0)
+                        + COALESCE(OCTET_LENGTH(NEW_TEXT), OCTET_LENGTH(NEW_BLOB), 0);
+                    IF (TAKEN >= MAX_ROWS OR TAKEN_BYTES >= {{max_claim_bytes}}) THEN
                         LEAVE;
                 END
                 ELSE
@@ -220,6 +235,8 @@ DECLARE THE_SUB INTEGER;
 DECLARE CANDIDATE BIGINT;
 DECLARE AVAILABLE BOOLEAN;
 DECLARE WALKED INTEGER;
+DECLARE WALKED_BYTES BIGINT;
+DECLARE CANDIDATE_BYTES BIGINT;
 DECLARE STOP_AT BIGINT = 9223372036854775807;
 DECLARE HEAD BIGINT;
 DECLARE HEAD_AVAILABLE BOOLEAN;
@@ -232,21 +249,26 @@ DECLARE BATCH_LAST BIGINT;
 -- its retry, or in a parallel consumer's span), so nothing is ever
 -- handled before an earlier event of its stream, and where any of the
 -- stream's subscriptions' first MAX_ROWS events end (what comes after them
--- was not read). Also the stream's first live event (HEAD) and whether it
--- is available.
+-- was not read), or its first events that carry max_claim_bytes (so a
+-- batch carries at most that much of each subscription's, and one event
+-- more). Also the stream's first live event (HEAD) and whether it is
+-- available.
 {{stream_subscriptions}}
 DO
 BEGIN
     WALKED = 0;
+    WALKED_BYTES = 0;
     FOR SELECT FIRST (:MAX_ROWS) E.EVENT_ID,
-               (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}}
+               (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= LOCALTIMESTAMP) AND NOT {{in_span}},
+               {{event_bytes}}
         FROM EVENT_LOG E
         WHERE E.SUB_ID = :THE_SUB AND E.DEAD = FALSE AND E.EVENT_ID > :AFTER AND E.EVENT_ID < :STOP_AT
         ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID
-        INTO :CANDIDATE, :AVAILABLE
+        INTO :CANDIDATE, :AVAILABLE, :CANDIDATE_BYTES
     DO
     BEGIN
         WALKED = WALKED + 1;
+        WALKED_BYTES = WALKED_BYTES + CANDIDATE_BYTES;
         IF (HEAD IS NULL OR CANDIDATE < HEAD) THEN
         BEGIN
             HEAD = CANDIDATE;
@@ -259,6 +281,11 @@ BEGIN
         END
         IF (WALKED = MAX_ROWS) THEN
             STOP_AT = CANDIDATE + 1;
+        IF (WALKED_BYTES >= {{max_claim_bytes}}) THEN
+        BEGIN
+            STOP_AT = CANDIDATE + 1;
+            LEAVE;
+        END
     END
 END
 

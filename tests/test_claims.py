@@ -506,3 +506,22 @@ def test_a_stream_claim_reads_large_values_before_it_looks_up_a_new_subscription
         events = [claimed.event()[0] for claimed in claimer.claim_head([inserts], 10)]
         claimer.free_statements()
     assert [(e.action, e.new["BODY"]) for e in events] == [("I", body), ("U", body + "x")]
+
+
+def test_a_claim_stops_once_its_events_carry_16_mb(settings):
+    """Both kinds of claim, on events of 6 MB: the one that reaches 16 MB is
+    the last (a batch of 100 such events took 1.2 GB in the listener)."""
+    execute(settings, "CREATE TABLE DOCS (ID INTEGER NOT NULL PRIMARY KEY, BODY BLOB SUB_TYPE BINARY)")
+    Subs(settings).ok("add", "docs", "I", "mail")
+    for row in range(1, 6):
+        execute(settings, "INSERT INTO DOCS VALUES (?, ?)", params=(row, bytes([row]) * 6_000_000))
+    with Database(settings) as db:
+        (target,) = load_targets(db)
+        claimer = Claimer(db, "a:1", 30)
+        ordered = claimer.claim_head([target], 100)
+        assert [key(e) for e in ordered] == [1, 2, 3]
+        claimer.settle_head(stream_of(target), [e.id for e in ordered])
+        parallel = claimer.claim({target.sub_id: target}, 100)
+        assert [key(e) for e in parallel] == [4, 5]
+        assert all(e.event()[0].new["BODY"] == bytes([key(e)]) * 6_000_000 for e in ordered + parallel)
+        claimer.free_statements()

@@ -27,6 +27,11 @@ class Claimed:
     new: bytes | str | None
     span: int | None = None  # the EVENT_SPAN of a parallel claim
 
+    @property
+    def size(self) -> int:
+        """The captured bytes it carries, as claims count them (max_claim_bytes)."""
+        return len(self.old or b"") + len(self.new or b"")
+
     def event(self) -> tuple[Event, UndecodableEvent | None]:
         """The event for its handler; one whose captured row cannot be
         decoded comes without values, with the reason (its attempt fails)."""

@@ -108,6 +108,7 @@ class Claimer:
         self._last_claim_full = False
         self._walked_all_at = -math.inf
         self._sql = sql.load("claims")
+        self._max_bytes = int(self._sql["max_claim_bytes"])
         self._prepared: dict[str, Statement] = {}
         # Set when the claim index was rebuilt under one of our statements:
         # a statement prepared before then can fail the same way for good.
@@ -192,8 +193,9 @@ class Claimer:
             return []
 
     def claim(self, targets: dict[int, Target], limit: int, resume: bool = False) -> list[Claimed]:
-        """Up to ``limit`` available events of ``targets``, each
-        subscription's in log order, from one subscription after another,
+        """Up to ``limit`` available events of ``targets``, fewer once they
+        carry max_claim_bytes (claims.sql), each subscription's in log
+        order, from one subscription after another,
         starting with the next one each time (no subscription waits behind
         another's backlog); with ``key_order``, only events with no earlier
         live event of their row. Each comes with its span; settle with
@@ -228,7 +230,7 @@ class Claimer:
             window = order[start : start + MAX_CLAIM_TARGETS]
             afters = [0 if walk_all else self._claimed_up_to.get(sub_id, 0) for sub_id in window]
             claimed += self._claim(self._runs(window, afters, limit - len(claimed)), targets)
-            if len(claimed) >= limit:
+            if len(claimed) >= limit or sum(event.size for event in claimed) >= self._max_bytes:
                 break
         self._last_claim_full = len(claimed) >= limit
         for event in claimed:
@@ -261,8 +263,8 @@ class Claimer:
     def claim_head(self, stream: Sequence[Target], limit: int) -> list[Claimed]:
         """The first events of one stream (the targets of one table and tag),
         in log order, if the first one is available, under the stream's
-        lease: up to ``limit`` of each subscription's. Settle them with
-        ``settle_head``."""
+        lease: up to ``limit`` of each subscription's, and up to where they
+        carry max_claim_bytes (claims.sql). Settle them with ``settle_head``."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
 
