@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, fetch_all, nowait_tpb, read_blob
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb
 from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
@@ -155,8 +155,8 @@ class Claimer:
 
     def _claimed(self, rows: list[tuple[Any, ...]], targets: dict[int, Target]) -> list[Claimed]:
         """Claimed rows (the columns of claimed_columns, and a parallel
-        claim's SPAN_ID), their values left encoded; long ones are read
-        before the claim's transaction ends."""
+        claim's SPAN_ID, long values read by fetch_all), their values left
+        encoded."""
         claimed = []
         for event_id, sub_id, row_key, old, long_old, new, long_new, created_at, attempts, *span in rows:
             target = targets[sub_id]
@@ -171,8 +171,8 @@ class Claimer:
                     created_at=created_at,
                     database_id=self.database_id,
                     row_key=row_key,
-                    old=old if long_old is None else read_blob(long_old),
-                    new=new if long_new is None else read_blob(long_new),
+                    old=old if long_old is None else long_old,
+                    new=new if long_new is None else long_new,
                     span=span[0] if span else None,
                 )
             )
