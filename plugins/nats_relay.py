@@ -23,12 +23,12 @@ window), ``Subs-Event-Id``, ``Subs-Table``, ``Subs-Action`` and
 ``Subs-Attempt``. An event is delivered only when JetStream acknowledges it
 (PubAck); no acknowledgement in time, JetStream's refusal, no stream for
 the subject, or a lost connection is a failed attempt with that reason. An
-event too large for the server's ``max_payload`` or the stream's
-``max_msg_size`` is undeliverable: it goes dead at once, saying which limit
-to raise (``subs retry`` sends it again). The events of a claim are
-published together and their acknowledgements awaited together (a batch
-handler), over one connection per listener process that reconnects by
-itself.
+event too large for the server's ``max_payload`` (its JSON and headers
+together) or the stream's ``max_msg_size`` is undeliverable: it goes dead
+at once, saying which limit to raise (``subs retry`` sends it again). The
+events of a claim are published together and their acknowledgements
+awaited together (a batch handler), over one connection per listener
+process that reconnects by itself.
 """
 
 from __future__ import annotations
@@ -152,6 +152,14 @@ def headers_for(event: Event) -> dict[str, str]:
         "Subs-Action": event.action,
         "Subs-Attempt": str(event.attempt),
     }
+
+
+def header_block_size(headers: dict[str, str]) -> int:
+    """Bytes of the header block nats-py sends ahead of the payload. The
+    server holds the two together to ``max_payload`` (and closes the
+    connection past it), while nats-py checks the payload alone."""
+    lines = [b"NATS/1.0", *(f"{key}: {value}".encode() for key, value in headers.items()), b""]
+    return sum(len(line) + 2 for line in lines)
 
 
 class _Loop:
@@ -335,12 +343,13 @@ class Relay:
         acks = self.waiting[number] = _Acks(len(events))
         try:
             for index, (event, subject) in enumerate(zip(events, subjects)):
-                payload, reply = event.to_json().encode("utf-8"), f"{inbox}.{number}.{index}"
-                if len(payload) > client.max_payload:
-                    acks.answer(index, Undeliverable(_over_max_payload(len(payload), client.max_payload)))
+                payload, headers = event.to_json().encode("utf-8"), headers_for(event)
+                if len(payload) + header_block_size(headers) > client.max_payload:
+                    too_large = _over_max_payload(len(payload), header_block_size(headers), client.max_payload)
+                    acks.answer(index, Undeliverable(too_large))
                     continue
                 try:
-                    await client.publish(subject, payload, reply=reply, headers=headers_for(event))
+                    await client.publish(subject, payload, reply=f"{inbox}.{number}.{index}", headers=headers)
                 except Exception as exc:
                     acks.answer(index, exc)
             with contextlib.suppress(TimeoutError):
@@ -360,9 +369,10 @@ class Relay:
         return results
 
 
-def _over_max_payload(size: int, limit: int) -> str:
+def _over_max_payload(payload: int, headers: int, limit: int) -> str:
     return (
-        f"the event is {size:,} bytes of JSON, more than the NATS server's max_payload of {limit:,}: "
+        f"the event is {payload:,} bytes of JSON and {headers:,} of headers, "
+        f"more than the NATS server's max_payload of {limit:,}: "
         "raise max_payload, then `subs retry` the event"
     )
 

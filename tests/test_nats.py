@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from nats.js.api import StreamConfig
 
+from subscriptions.builtin.nats_relay import header_block_size, headers_for
 from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError, Undeliverable
+from subscriptions.events import Event
 from subscriptions.testing import deliver, load_handlers, make_event
 
 from conftest import EngineWedged, Subs, assert_one_line_error, execute, wait_until
@@ -122,10 +124,34 @@ def test_a_message_over_the_servers_max_payload_is_undeliverable(tmp_path: Path)
         assert errors[0] is None and errors[2] is None and isinstance(errors[1], Undeliverable)
         size = len(large.to_json().encode())
         assert str(errors[1]) == (
-            f"nats subs.T.I: the event is {size:,} bytes of JSON, more than the NATS server's max_payload of "
-            "4,096: raise max_payload, then `subs retry` the event"
+            f"nats subs.T.I: the event is {size:,} bytes of JSON and 94 of headers, more than the NATS server's "
+            "max_payload of 4,096: raise max_payload, then `subs retry` the event"
         )
         assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1", "3"]
+    finally:
+        server.kill()
+
+
+def test_the_headers_count_towards_max_payload(tmp_path: Path) -> None:
+    """The server closes the connection of a message whose headers and
+    payload together pass max_payload, failing every message of the batch
+    with it: an event that fits only without its headers is undeliverable,
+    and one that fits to the byte with them is delivered."""
+    server = NatsServer(tmp_path, max_payload=4096)
+    try:
+        server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+
+        def sized(event_id: int, total: int) -> Event:
+            short = make_event("nats", id=event_id, new={"NOTE": ""})
+            message = len(short.to_json().encode()) + header_block_size(headers_for(short))
+            return make_event("nats", id=event_id, new={"NOTE": "x" * (total - message)})
+
+        handler = relay(server.url)
+        errors = handler.function([make_event("nats", id=1), sized(2, 4097), make_event("nats", id=3)])
+        assert errors[0] is None and errors[2] is None
+        assert isinstance(errors[1], Undeliverable) and "max_payload of 4,096" in str(errors[1])
+        assert handler.function([sized(4, 4096), make_event("nats", id=5)]) == [None, None]
+        assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1", "3", "4", "5"]
     finally:
         server.kill()
 
