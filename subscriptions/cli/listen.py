@@ -24,7 +24,7 @@ from subscriptions.delivery.supervisor import Supervisor
 from subscriptions.errors import SubsError
 from subscriptions.ops import detach as background
 from subscriptions.ops import systemd
-from subscriptions.ops.status import read_status
+from subscriptions.ops.status import left_behind
 from subscriptions.ops.text_table import render
 from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
 
@@ -274,16 +274,12 @@ def _drain_summary(options: ListenOptions, metrics: Metrics) -> int:
             done[outcome] += counts.get(outcome, 0)
     summary = f"drained: {done['handled']} handled, {done['failed']} failed attempt(s), {done['dead']} died; "
     try:
-        statuses = read_status(options.settings)
+        left = left_behind(options.settings, options.tags)
     except (DatabaseError, SubsError) as exc:
         click.echo(f"{summary}left: not known ({first_line(exc)})")
         return 1
-    left = [s for s in statuses if not options.tags or s.tag in options.tags]
-    waiting = sum(s.pending + s.in_flight for s in left)
-    failing = sum(s.failed for s in left)
-    dead = sum(s.dead for s in left)
-    click.echo(f"{summary}left: {waiting} waiting, {failing} failing, {dead} dead")
-    return 1 if failing or dead else 0
+    click.echo(f"{summary}left: {left.waiting} waiting, {left.failing} failing, {left.dead} dead")
+    return 1 if left.failing or left.dead else 0
 
 
 @cli.command()
