@@ -78,6 +78,7 @@ DECLARE in_key BOOLEAN;
 DECLARE type_code VARCHAR(70) CHARACTER SET UTF8;
 DECLARE value_bytes INTEGER;
 DECLARE header VARCHAR(400) CHARACTER SET UTF8;
+DECLARE header_literal VARCHAR(3210) CHARACTER SET ASCII;
 -- Each column's fragments gather in these before they join the BLOBs, a few
 -- KB at a time: appending to a BLOB copies it, so one append per column
 -- made the generator quadratic (5.5 s for 800 columns, in the commit of
@@ -129,10 +130,31 @@ BEGIN
     RETURN '"' || REPLACE(name, '"', '""') || '"';
 END
 
-DECLARE FUNCTION lit (text VARCHAR(1000) CHARACTER SET UTF8) RETURNS VARCHAR(2002) CHARACTER SET UTF8
+-- TEXT as a literal of its UTF-8 bytes, whatever the character set of the
+-- attachment that compiles the trigger: the application's DDL regenerates
+-- it in the application's attachment, where a quoted literal takes that
+-- attachment's character set (in WIN1252 'STRAßE' would be 6 bytes, not
+-- the 7 its header counts, and HASH would see other bytes). Text beyond
+-- ASCII is written as hex, x'...'; ASCII text as itself.
+DECLARE FUNCTION lit (text VARCHAR(400) CHARACTER SET UTF8) RETURNS VARCHAR(3210) CHARACTER SET ASCII
 AS
+DECLARE bytes VARCHAR(1600) CHARACTER SET OCTETS;
+DECLARE hex VARCHAR(3200) CHARACTER SET ASCII = '';
+DECLARE digits CHAR(16) CHARACTER SET ASCII = '0123456789ABCDEF';
+DECLARE at_byte INTEGER = 1;
+DECLARE code INTEGER;
 BEGIN
-    RETURN '''' || REPLACE(text, '''', '''''') || '''';
+    IF (OCTET_LENGTH(text) = CHAR_LENGTH(text)) THEN
+        RETURN '''' || REPLACE(text, '''', '''''') || '''';
+    bytes = CAST(text AS VARCHAR(1600) CHARACTER SET OCTETS);
+    WHILE (at_byte <= OCTET_LENGTH(bytes)) DO
+    BEGIN
+        code = ASCII_VAL(SUBSTRING(bytes FROM at_byte FOR 1));
+        hex = hex || SUBSTRING(digits FROM BIN_SHR(code, 4) + 1 FOR 1)
+            || SUBSTRING(digits FROM BIN_AND(code, 15) + 1 FOR 1);
+        at_byte = at_byte + 1;
+    END
+    RETURN 'x''' || hex || '''';
 END
 
 DECLARE FUNCTION counted (text VARCHAR(200) CHARACTER SET UTF8) RETURNS VARCHAR(220) CHARACTER SET UTF8
@@ -176,7 +198,7 @@ END
 -- (which its part closes).
 -- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
 DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
-                           header VARCHAR(400) CHARACTER SET UTF8, type_code VARCHAR(70) CHARACTER SET UTF8,
+                           header_literal VARCHAR(3210) CHARACTER SET ASCII, type_code VARCHAR(70) CHARACTER SET UTF8,
                            field_length INTEGER, assembly CHAR(1) CHARACTER SET ASCII, decimal_floats BOOLEAN)
 RETURNS VARCHAR(4500) CHARACTER SET UTF8
 AS
@@ -219,7 +241,7 @@ BEGIN
         value_expr = 'CAST(' || ref || ' AS BLOB SUB_TYPE BINARY)';
     ELSE
         value_expr = 'CAST(' || ref || ' AS VARCHAR(' || field_length || ') CHARACTER SET OCTETS)';
-    prefix = ASCII_CHAR(10) || '                || ''' || REPLACE(header, '''', '''''') || ''' || IIF(' || ref
+    prefix = ASCII_CHAR(10) || '                || ' || header_literal || ' || IIF(' || ref
         || ' IS NULL, ''-'', ';
     IF (assembly = 'a' AND field_length IS NULL) THEN
         RETURN prefix || 'OCTET_LENGTH(' || ref || ') || '':''), ' || ref || ', ''''';
@@ -346,8 +368,11 @@ BEGIN
         IF (type_code IS NOT NULL) THEN
         BEGIN
             header = counted(column_name) || counted(type_code);
-            old_fragment = fragment('OLD', column_name, header, type_code, field_length, assembly, decimal_floats);
-            new_fragment = fragment('NEW', column_name, header, type_code, field_length, assembly, decimal_floats);
+            header_literal = lit(header);
+            old_fragment = fragment('OLD', column_name, header_literal, type_code, field_length, assembly,
+                                    decimal_floats);
+            new_fragment = fragment('NEW', column_name, header_literal, type_code, field_length, assembly,
+                                    decimal_floats);
             IF (assembly <> 'v') THEN
             BEGIN
                 -- A run of parts must fit in a VARCHAR, and BLOB_APPEND
@@ -401,8 +426,8 @@ BEGIN
             IF (in_key) THEN
             BEGIN
                 key_bytes = key_bytes + OCTET_LENGTH(header) + 12 + IIF(field_type = 261, 100000, value_bytes);
-                key_old = key_old || fragment('OLD', column_name, header, type_code, field_length, 'k', FALSE);
-                key_new = key_new || fragment('NEW', column_name, header, type_code, field_length, 'k', FALSE);
+                key_old = key_old || fragment('OLD', column_name, header_literal, type_code, field_length, 'k', FALSE);
+                key_new = key_new || fragment('NEW', column_name, header_literal, type_code, field_length, 'k', FALSE);
             END
         END
     END

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from firebird.driver import DatabaseError
+from firebird.driver import DatabaseError, connect
 
 from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.capture.values import decode
+from subscriptions.db import runtime
 from subscriptions.db.connection import Database, read_blob
 
 from conftest import Subs, events, execute, query, wait_until
@@ -209,6 +210,37 @@ def test_tables_without_subscriptions_are_left_alone(settings):
     execute(settings, "CREATE TABLE OTHER (ID INTEGER NOT NULL PRIMARY KEY, A INTEGER)")
     execute(settings, "ALTER TABLE OTHER ALTER A TO B", "ALTER TABLE OTHER DROP B")
     assert query(settings, "SELECT COUNT(*) FROM RDB$TRIGGERS WHERE RDB$RELATION_NAME = 'OTHER'") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("charset", "table", "column", "value"),
+    [("WIN1252", "STRAßEN", "STRAßE", "Bahnhofstraße"), ("WIN1251", "УЛИЦЫ", "ИМЯ", "Тверская")],
+)
+def test_ddl_from_an_attachment_in_another_character_set_keeps_names_and_keys(settings, charset, table, column, value):
+    """The application's DDL regenerates the capture trigger in the
+    application's attachment, whose character set its literals would take:
+    until version 21 a WIN1252 attachment made the header STRAßE 6 bytes
+    where it counts 7 (every later event undecodable), and put other bytes
+    of the table's name into KEY_HASH than the trigger `subs add` made."""
+    execute(settings, f'CREATE TABLE "{table}" (ID INTEGER NOT NULL PRIMARY KEY, "{column}" VARCHAR(40))')
+    Subs(settings).ok("add", f'"{table}"', "IU", "audit")
+    execute(settings, f'INSERT INTO "{table}" VALUES (1, ?)', params=(value,))
+    runtime.load()
+    application = connect(settings.target, user=settings.effective_user, password=settings.password, charset=charset)
+    try:
+        application.execute_immediate(f'ALTER TABLE "{table}" ADD NOTE VARCHAR(10)')
+        application.commit()
+        cursor = application.cursor()
+        cursor.execute(f'UPDATE "{table}" SET "{column}" = ?, NOTE = ? WHERE ID = 1', (value + "!", "n"))
+        application.commit()
+    finally:
+        application.close()
+    inserted, updated = events(settings)
+    assert (inserted["pk"], inserted["new"]) == ({"ID": 1}, {"ID": 1, column: value})
+    assert (updated["pk"], updated["old"]) == ({"ID": 1}, {"ID": 1, column: value, "NOTE": None})
+    assert updated["new"] == {"ID": 1, column: value + "!", "NOTE": "n"}
+    assert query(settings, "SELECT COUNT(DISTINCT KEY_HASH) FROM EVENT_LOG") == [(1,)]
+    assert Subs(settings).ok("status", "--check").startswith("all 2 subscription(s) are captured")
 
 
 def insert(db: Database, *values: object) -> None:
@@ -447,7 +479,7 @@ def test_drift_is_visible_and_add_repairs_it(people):
 # metadata cache, which must pick up every regenerated trigger.
 WRITER_PROCESS = """
 import os, sys, time
-from firebird.driver import DatabaseError
+from firebird.driver import DatabaseError, connect
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 dsn, user, first, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
