@@ -157,6 +157,116 @@ BEGIN
     RETURN 'x''' || hex || '''';
 END
 
+-- CONDITION (a --when condition) with its quoted literals written as hex
+-- of their UTF-8 bytes, _UTF8 x'...', for lit's reason: the application's
+-- DDL compiles the trigger in its own attachment, where a quoted literal
+-- takes that attachment's character set. In WIN1252 a literal holding Ł
+-- failed the DDL ("Cannot transliterate character between character
+-- sets"), and NEW.CITY <> 'plain' raised for every row whose CITY held a
+-- character WIN1252 lacks, so its changes were logged dead. A literal with
+-- an introducer (_WIN1250 '...') keeps it and becomes x'...': the engine
+-- stores such a literal as hex in the trigger's source itself, so the text
+-- as written looked stale to drift checks. The text is read as
+-- check_condition in capture/names.py reads it ('...' and "..." with their
+-- quotes doubled inside), q'...' as the engine reads it. Identifiers, and
+-- literals of DATE, TIME and TIMESTAMP or with another prefix (N'...',
+-- q'...', x'...'), stay as written.
+-- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
+DECLARE FUNCTION portable (condition VARCHAR(4000) CHARACTER SET UTF8)
+RETURNS BLOB SUB_TYPE TEXT CHARACTER SET UTF8
+AS
+DECLARE result BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE at_char INTEGER = 1;
+DECLARE quote_at INTEGER;
+DECLARE other_at INTEGER;
+DECLARE end_at INTEGER;
+DECLARE quote_char CHAR(1) CHARACTER SET UTF8;
+DECLARE delimiter CHAR(1) CHARACTER SET UTF8;
+DECLARE before VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE kind CHAR(1) CHARACTER SET ASCII;  -- i introduced, k kept as written, u _UTF8 to add
+DECLARE literal VARCHAR(4000) CHARACTER SET UTF8;
+DECLARE bytes VARCHAR(16000) CHARACTER SET OCTETS;
+DECLARE hex VARCHAR(32000) CHARACTER SET ASCII;
+DECLARE digits CHAR(16) CHARACTER SET ASCII = '0123456789ABCDEF';
+DECLARE at_byte INTEGER;
+DECLARE code INTEGER;
+BEGIN
+    IF (POSITION('''' IN condition) = 0) THEN
+        RETURN condition;
+    WHILE (at_char <= CHAR_LENGTH(condition)) DO
+    BEGIN
+        quote_at = POSITION('''', condition, at_char);
+        other_at = POSITION('"', condition, at_char);
+        IF (quote_at = 0 OR (other_at > 0 AND other_at < quote_at)) THEN
+            quote_at = other_at;
+        IF (quote_at = 0) THEN
+        BEGIN
+            result = result || SUBSTRING(condition FROM at_char);
+            LEAVE;
+        END
+        before = SUBSTRING(condition FROM at_char FOR quote_at - at_char);
+        result = result || before;
+        quote_char = SUBSTRING(condition FROM quote_at FOR 1);
+        before = UPPER(SUBSTRING(condition FROM 1 FOR quote_at - 1));
+        kind = CASE
+            WHEN quote_char = '"' THEN 'k'
+            WHEN before SIMILAR TO '(%[^A-Z0-9_$])?\_[A-Z0-9_$]+[[:WHITESPACE:]]*' ESCAPE '\' THEN 'i'
+            WHEN before SIMILAR TO '%[A-Z0-9_$]' THEN 'k'
+            WHEN before SIMILAR TO '(%[^A-Z0-9_$])?(DATE|TIME|TIMESTAMP)[[:WHITESPACE:]]+' THEN 'k'
+            ELSE 'u'
+        END;
+        IF (quote_char = '''' AND before SIMILAR TO '(%[^A-Z0-9_$])?Q') THEN
+        BEGIN
+            -- q'<d>...<d>': it ends at its delimiter's pair and a quote.
+            delimiter = SUBSTRING(condition FROM quote_at + 1 FOR 1);
+            delimiter = DECODE(delimiter, '(', ')', '[', ']', '{', '}', '<', '>', delimiter);
+            end_at = POSITION(delimiter || '''', condition, quote_at + 2);
+            end_at = IIF(end_at = 0, CHAR_LENGTH(condition), end_at + 1);
+        END
+        ELSE
+        BEGIN
+            end_at = quote_at;
+            WHILE (TRUE) DO
+            BEGIN
+                end_at = POSITION(quote_char, condition, end_at + 1);
+                IF (end_at = 0) THEN
+                BEGIN
+                    end_at = CHAR_LENGTH(condition);
+                    LEAVE;
+                END
+                IF (SUBSTRING(condition FROM end_at + 1 FOR 1) IS DISTINCT FROM quote_char) THEN
+                    LEAVE;
+                end_at = end_at + 1;
+            END
+        END
+        literal = SUBSTRING(condition FROM quote_at FOR end_at - quote_at + 1);
+        IF (kind = 'k') THEN
+            result = result || literal;
+        ELSE
+        BEGIN
+            bytes = CAST(REPLACE(SUBSTRING(literal FROM 2 FOR CHAR_LENGTH(literal) - 2), '''''', '''')
+                         AS VARCHAR(16000) CHARACTER SET OCTETS);
+            hex = '';
+            at_byte = 1;
+            WHILE (at_byte <= OCTET_LENGTH(bytes)) DO
+            BEGIN
+                code = ASCII_VAL(SUBSTRING(bytes FROM at_byte FOR 1));
+                hex = hex || SUBSTRING(digits FROM BIN_SHR(code, 4) + 1 FOR 1)
+                    || SUBSTRING(digits FROM BIN_AND(code, 15) + 1 FOR 1);
+                at_byte = at_byte + 1;
+            END
+            -- (Not one IIF: its result would be a CHAR, padded.)
+            IF (kind = 'u') THEN
+                result = result || '_UTF8 ';
+            ELSE IF (before NOT SIMILAR TO '%[[:WHITESPACE:]]') THEN
+                result = result || ' ';
+            result = result || 'x''' || hex || '''';
+        END
+        at_char = end_at + 1;
+    END
+    RETURN result;
+END
+
 DECLARE FUNCTION counted (text VARCHAR(200) CHARACTER SET UTF8) RETURNS VARCHAR(220) CHARACTER SET UTF8
 AS
 BEGIN
@@ -505,7 +615,7 @@ BEGIN
                 condition = '(' || COALESCE(changed, 'FALSE') || ')';
             END
             IF (when_condition IS NOT NULL) THEN
-                condition = COALESCE(condition || ' AND ', '') || '(' || when_condition || ')';
+                condition = COALESCE(condition || ' AND ', '') || '(' || portable(when_condition) || ')';
             IF (condition IS NOT NULL) THEN
             BEGIN
                 conditional = conditional + 1;

@@ -4,6 +4,7 @@ capture trigger as the DDL's transaction commits (sql/capture.sql)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from firebird.driver import DatabaseError, connect
+from firebird.driver import Connection, DatabaseError, connect
 
 from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.capture.values import decode
@@ -212,6 +213,12 @@ def test_tables_without_subscriptions_are_left_alone(settings):
     assert query(settings, "SELECT COUNT(*) FROM RDB$TRIGGERS WHERE RDB$RELATION_NAME = 'OTHER'") == [(0,)]
 
 
+def attach(settings, charset: str) -> Connection:
+    """An application's attachment in ``charset`` (subs attaches in UTF8)."""
+    runtime.load()
+    return connect(settings.target, user=settings.effective_user, password=settings.password, charset=charset)
+
+
 @pytest.mark.parametrize(
     ("charset", "table", "column", "value"),
     [("WIN1252", "STRAßEN", "STRAßE", "Bahnhofstraße"), ("WIN1251", "УЛИЦЫ", "ИМЯ", "Тверская")],
@@ -225,8 +232,7 @@ def test_ddl_from_an_attachment_in_another_character_set_keeps_names_and_keys(se
     execute(settings, f'CREATE TABLE "{table}" (ID INTEGER NOT NULL PRIMARY KEY, "{column}" VARCHAR(40))')
     Subs(settings).ok("add", f'"{table}"', "IU", "audit")
     execute(settings, f'INSERT INTO "{table}" VALUES (1, ?)', params=(value,))
-    runtime.load()
-    application = connect(settings.target, user=settings.effective_user, password=settings.password, charset=charset)
+    application = attach(settings, charset)
     try:
         application.execute_immediate(f'ALTER TABLE "{table}" ADD NOTE VARCHAR(10)')
         application.commit()
@@ -241,6 +247,46 @@ def test_ddl_from_an_attachment_in_another_character_set_keeps_names_and_keys(se
     assert updated["new"] == {"ID": 1, column: value + "!", "NOTE": "n"}
     assert query(settings, "SELECT COUNT(DISTINCT KEY_HASH) FROM EVENT_LOG") == [(1,)]
     assert Subs(settings).ok("status", "--check").startswith("all 2 subscription(s) are captured")
+
+
+def test_when_conditions_mean_the_same_after_ddl_from_an_attachment_in_another_character_set(settings):
+    """A --when condition's quoted literals would take the character set of
+    the application's attachment that regenerated the trigger: until
+    version 21, from WIN1252 a literal holding Ł failed the ALTER TABLE, and
+    NEW.CITY <> 'plain' raised for a CITY holding Ł (its changes logged
+    dead). A literal with an introducer, which the engine stores as hex in
+    the trigger's source, left the trigger looking stale."""
+    execute(
+        settings,
+        "CREATE TABLE CITIES (ID INTEGER NOT NULL PRIMARY KEY, CITY VARCHAR(40) CHARACTER SET UTF8, FOUNDED DATE)",
+    )
+    conditions = {
+        "other": "NEW.city <> 'plain'",
+        "listed": "NEW.city IN ('Łódź', 'it''s')",
+        "introduced": "NEW.city = _UTF8 'Köln' OR NEW.city=_UTF8'plain'",
+        "typed": "NEW.founded > DATE '2000-01-01' AND NEW.city STARTING WITH 'Ł'",
+    }
+    for tag, condition in conditions.items():
+        Subs(settings).ok("add", "cities", "I", tag, "--when", condition)
+    application = attach(settings, "WIN1252")
+    try:
+        application.execute_immediate("ALTER TABLE CITIES ADD NOTE VARCHAR(10)")
+        application.commit()
+    finally:
+        application.close()
+    rows = [(1, "Łódź", dt.date(2001, 1, 1)), (2, "it's", None), (3, "Köln", None), (4, "plain", None)]
+    for row in [*rows, (5, "Ł", dt.date(1999, 1, 1))]:
+        execute(settings, "INSERT INTO CITIES (ID, CITY, FOUNDED) VALUES (?, ?, ?)", params=row)
+    logged = events(settings)
+    assert {tag: [e["pk"]["ID"] for e in logged if e["tag"] == tag] for tag in conditions} == {
+        "other": [1, 2, 3, 5],
+        "listed": [1, 2],
+        "introduced": [3, 4],
+        "typed": [1],
+    }
+    assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(0,)]
+    assert logged[0]["new"] == {"ID": 1, "CITY": "Łódź", "FOUNDED": dt.date(2001, 1, 1), "NOTE": None}
+    assert Subs(settings).ok("status", "--check").startswith("all 4 subscription(s) are captured")
 
 
 def insert(db: Database, *values: object) -> None:
@@ -479,7 +525,7 @@ def test_drift_is_visible_and_add_repairs_it(people):
 # metadata cache, which must pick up every regenerated trigger.
 WRITER_PROCESS = """
 import os, sys, time
-from firebird.driver import DatabaseError, connect
+from firebird.driver import Connection, DatabaseError, connect
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 dsn, user, first, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
