@@ -794,7 +794,17 @@ BEGIN
                           AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
                           AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
         BEGIN
-            EXECUTE STATEMENT source;
+            -- Compiled in the attachment of whichever DDL got here, so in its
+            -- character set: the generator writes literals as hex, but a
+            -- name with a character that set lacks cannot be written.
+            BEGIN
+                EXECUTE STATEMENT source;
+                WHEN GDSCODE transliteration_failed DO
+                    EXCEPTION EVENT_CAPTURE_REFUSED
+                        'subs cannot write the capture trigger of table ' || TABLE_NAME || ' in this attachment: '
+                        || 'a name it captures or a --when condition uses has a character the attachment''s '
+                        || 'character set lacks; run this statement from an attachment in UTF8';
+            END
             -- What the table's earlier trigger was found to need for its
             -- conditions: a trigger made again (the table dropped and
             -- created again) has lost it, and writers without it of their
@@ -966,6 +976,12 @@ GRANT SELECT ON EVENT_SUBSCRIBER TO PROCEDURE EVENT_CAPTURE_SOURCE;
 
 -- name: grant_sync_rights_read
 GRANT SELECT ON EVENT_CAPTURE_RIGHT TO PROCEDURE EVENT_CAPTURE_SYNC;
+
+-- name: grant_sync_refusal
+-- The procedure runs for any user's DDL, and raises this exception: without
+-- the right to, every such DDL of a user other than subs's failed with "no
+-- permission for USAGE access to EXCEPTION EVENT_CAPTURE_REFUSED".
+GRANT USAGE ON EXCEPTION EVENT_CAPTURE_REFUSED TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: backfill_procedure
 -- The statements `subs backfill` runs, one per chunk of a subscribed table's

@@ -289,6 +289,30 @@ def test_when_conditions_mean_the_same_after_ddl_from_an_attachment_in_another_c
     assert Subs(settings).ok("status", "--check").startswith("all 4 subscription(s) are captured")
 
 
+def test_ddl_from_an_attachment_lacking_a_character_of_a_captured_name_says_what_to_do(settings):
+    """A name the attachment's character set lacks cannot be written in the
+    trigger that attachment compiles: the DDL fails with what to do instead
+    of the engine's "Cannot transliterate character between character
+    sets", and changes nothing."""
+    execute(settings, 'CREATE TABLE TOWNS (ID INTEGER NOT NULL PRIMARY KEY, "ИМЯ" VARCHAR(40))')
+    Subs(settings).ok("add", "towns", "I", "audit")
+    application = attach(settings, "WIN1252")
+    try:
+        application.execute_immediate("ALTER TABLE TOWNS ADD NOTE VARCHAR(10)")
+        with pytest.raises(DatabaseError) as refused:
+            application.commit()
+        application.rollback()
+    finally:
+        application.close()
+    assert (
+        "subs cannot write the capture trigger of table TOWNS in this attachment: a name it captures or a "
+        "--when condition uses has a character the attachment's character set lacks; run this statement from "
+        "an attachment in UTF8"
+    ) in str(refused.value)
+    assert query(settings, "SELECT COUNT(*) FROM RDB$RELATION_FIELDS WHERE RDB$RELATION_NAME = 'TOWNS'") == [(2,)]
+    assert Subs(settings).ok("status", "--check").startswith("all 1 subscription(s) are captured")
+
+
 def insert(db: Database, *values: object) -> None:
     with db.transaction() as cursor:
         cursor.execute("INSERT INTO PEOPLE (ID, NAME, AGE) VALUES (?, ?, ?)", values)

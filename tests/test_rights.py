@@ -82,6 +82,9 @@ def test_an_application_user_migrates_its_own_subscribed_table(settings, make_us
     execute(app, "INSERT INTO APP_ITEMS VALUES (1, 'a@example.com')")
     assert events(settings)[-1]["new"] == {"ID": 1, "EMAIL": "a@example.com"}
     assert Subs(settings)("status", "--check").exit_code == 0
+    # subs's own refusal reaches a user other than subs's.
+    with pytest.raises(DatabaseError, match="Firebird cannot rename its columns under a trigger"):
+        execute(app, "ALTER TABLE APP_ITEMS ALTER EMAIL TO MAIL")
 
 
 def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_user, tmp_path, listeners):
@@ -240,3 +243,24 @@ def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings,
             (name,),
         ) == [("D",), ("I",), ("S",)]
     assert Subs(old).ok("init").strip() == f"schema is up to date (version {LATEST})"
+
+
+def test_an_application_user_migrates_its_own_subscribed_table_after_an_upgrade(settings, make_user):
+    """The capture's generator and DDL procedures come from the migrations in
+    an upgraded database: a user other than subs's migrates its table after
+    the last one (version 21's sync procedure raises an exception it needs
+    the right to)."""
+    app = make_user("app")
+    old = another_database(settings)
+    with Database(old) as db:
+        upgrade(db, target=LATEST - 1)
+    execute(old, f"GRANT CREATE TABLE TO USER {app.user}")
+    app = replace(app, dsn=old.dsn)
+    execute(app, "CREATE TABLE APP_ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(10))")
+    Subs(old).ok("init")
+    Subs(old).ok("add", "app_items", "IU", "audit")
+
+    execute(app, "ALTER TABLE APP_ITEMS ADD EMAIL VARCHAR(40)")
+    execute(app, "INSERT INTO APP_ITEMS VALUES (1, 'n', 'a@example.com')")
+    assert events(old)[-1]["new"] == {"ID": 1, "NOTE": "n", "EMAIL": "a@example.com"}
+    assert Subs(old)("status", "--check").exit_code == 0

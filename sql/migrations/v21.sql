@@ -16,8 +16,13 @@
 --   a condition's quoted literals always (_UTF8 x'...'; after an
 --   introducer x'...', as the engine stores those in a trigger's source).
 --   Other triggers are generated as before.
+-- - A name the attachment's character set lacks (a Cyrillic column, from
+--   WIN1252) cannot be written in it: such DDL now fails with a message
+--   saying so and what to do, not the engine's "Cannot transliterate".
+-- - EVENT_CAPTURE_SYNC, which now raises EVENT_CAPTURE_REFUSED, gets the
+--   right to (for any user's DDL).
 -- `subs init` regenerates the capture triggers after the upgrade.
--- The procedure is a frozen copy of sql/capture.sql as it was for
+-- The procedures are frozen copies of sql/capture.sql as it was for
 -- version 21.
 
 -- name: source_procedure
@@ -755,6 +760,97 @@ BEGIN
         || 'BEGIN' || nl || checks || capture || body || 'END';
     SUSPEND;
 END;
+
+-- name: sync_procedure
+-- Make the table's capture trigger what the generator says now, changing
+-- it only when its text or state differs: the engine lets an attachment
+-- that first reads the table's triggers while a DDL transaction is open
+-- see that transaction's uncommitted trigger, and keeps it even if the DDL
+-- is rolled back, so every needless change is a chance to capture with a
+-- trigger that never committed. When there is nothing to capture, an empty
+-- inactive trigger is left in its place (it depends on no column; `subs
+-- remove` drops it). Returns the REASON when nothing is captured.
+CREATE OR ALTER PROCEDURE EVENT_CAPTURE_SYNC (TABLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+RETURNS (TRIGGER_NAME VARCHAR(63) CHARACTER SET UTF8, REASON VARCHAR(40) CHARACTER SET UTF8)
+AS
+DECLARE source BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE body BLOB SUB_TYPE TEXT CHARACTER SET UTF8;
+DECLARE owner VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_name VARCHAR(63) CHARACTER SET UTF8;
+DECLARE object_kind VARCHAR(10) CHARACTER SET ASCII;
+DECLARE nl CHAR(1) CHARACTER SET ASCII = '
+';
+BEGIN
+    SELECT TRIGGER_NAME, SOURCE, REASON FROM EVENT_CAPTURE_SOURCE(:TABLE_NAME)
+    INTO TRIGGER_NAME, source, REASON;
+    IF (source IS NOT NULL) THEN
+    BEGIN
+        -- The catalogue keeps a trigger's text from its AS on.
+        body = SUBSTRING(source FROM POSITION(nl || 'AS' || nl IN source) + 1);
+        IF (NOT EXISTS (SELECT 1 FROM RDB$TRIGGERS
+                        WHERE RDB$TRIGGER_NAME = :TRIGGER_NAME AND RDB$RELATION_NAME = :TABLE_NAME
+                          AND COALESCE(RDB$TRIGGER_INACTIVE, 0) = 0
+                          AND TRIM(RDB$TRIGGER_SOURCE) = TRIM(:body))) THEN
+        BEGIN
+            -- Compiled in the attachment of whichever DDL got here, so in its
+            -- character set: the generator writes literals as hex, but a
+            -- name with a character that set lacks cannot be written.
+            BEGIN
+                EXECUTE STATEMENT source;
+                WHEN GDSCODE transliteration_failed DO
+                    EXCEPTION EVENT_CAPTURE_REFUSED
+                        'subs cannot write the capture trigger of table ' || TABLE_NAME || ' in this attachment: '
+                        || 'a name it captures or a --when condition uses has a character the attachment''s '
+                        || 'character set lacks; run this statement from an attachment in UTF8';
+            END
+            -- What the table's earlier trigger was found to need for its
+            -- conditions: a trigger made again (the table dropped and
+            -- created again) has lost it, and writers without it of their
+            -- own would be refused until a listener's settle. A right this
+            -- user may not give fails quietly; the settle grants it later.
+            FOR SELECT OBJECT_NAME, OBJECT_KIND FROM EVENT_CAPTURE_RIGHT
+                WHERE TABLE_NAME = :TABLE_NAME
+                INTO object_name, object_kind
+            DO
+            BEGIN
+                EXECUTE STATEMENT 'GRANT '
+                    || IIF(object_kind = 'select', 'SELECT ON ', 'EXECUTE ON ' || UPPER(object_kind) || ' ')
+                    || '"' || REPLACE(object_name, '"', '""') || '" TO TRIGGER "'
+                    || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+                WHEN ANY DO
+                    BEGIN
+                    END
+            END
+        END
+        -- The trigger writes EVENT_LOG for writers who may not: it gets the
+        -- right itself (CREATE OR ALTER keeps it). The table's owner gets
+        -- it with the grant option: when the owner's own migration makes a
+        -- new trigger (DROP and CREATE TABLE), the owner can pass it on.
+        -- Either grant fails quietly for a user who may not give it.
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '"';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+        SELECT TRIM(TRAILING FROM RDB$OWNER_NAME) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = :TABLE_NAME INTO owner;
+        IF (owner IS DISTINCT FROM CURRENT_USER) THEN
+        BEGIN
+            EXECUTE STATEMENT 'GRANT INSERT ON EVENT_LOG TO USER "' || REPLACE(owner, '"', '""')
+                || '" WITH GRANT OPTION';
+            WHEN ANY DO
+                BEGIN
+                END
+        END
+    END
+    ELSE IF (REASON <> 'no table') THEN
+        EXECUTE STATEMENT 'CREATE OR ALTER TRIGGER "' || REPLACE(TRIGGER_NAME, '"', '""') || '" FOR "'
+            || REPLACE(TABLE_NAME, '"', '""') || '" INACTIVE AFTER INSERT POSITION 32000 AS BEGIN END';
+    SUSPEND;
+END;
+
+-- name: grant_sync_refusal
+GRANT USAGE ON EXCEPTION EVENT_CAPTURE_REFUSED TO PROCEDURE EVENT_CAPTURE_SYNC;
 
 -- name: record_version
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
