@@ -207,9 +207,9 @@ BEGIN
             result = result || SUBSTRING(condition FROM at_char);
             LEAVE;
         END
-        before = SUBSTRING(condition FROM at_char FOR quote_at - at_char);
-        result = result || before;
+        result = result || SUBSTRING(condition FROM at_char FOR quote_at - at_char);
         quote_char = SUBSTRING(condition FROM quote_at FOR 1);
+        -- What precedes the quote says whether it has a prefix.
         before = UPPER(SUBSTRING(condition FROM 1 FOR quote_at - 1));
         kind = CASE
             WHEN quote_char = '"' THEN 'k'
