@@ -265,6 +265,7 @@ def test_when_conditions_mean_the_same_after_ddl_from_an_attachment_in_another_c
         "listed": "NEW.city IN ('Łódź', 'it''s')",
         "introduced": "NEW.city = _UTF8 'Köln' OR NEW.city=_UTF8'plain'",
         "typed": "NEW.founded > DATE '2000-01-01' AND NEW.city STARTING WITH 'Ł'",
+        "empty": "COALESCE(NEW.city, '') = ''",
     }
     for tag, condition in conditions.items():
         Subs(settings).ok("add", "cities", "I", tag, "--when", condition)
@@ -275,18 +276,19 @@ def test_when_conditions_mean_the_same_after_ddl_from_an_attachment_in_another_c
     finally:
         application.close()
     rows = [(1, "Łódź", dt.date(2001, 1, 1)), (2, "it's", None), (3, "Köln", None), (4, "plain", None)]
-    for row in [*rows, (5, "Ł", dt.date(1999, 1, 1))]:
+    for row in [*rows, (5, "Ł", dt.date(1999, 1, 1)), (6, "", None)]:
         execute(settings, "INSERT INTO CITIES (ID, CITY, FOUNDED) VALUES (?, ?, ?)", params=row)
     logged = events(settings)
     assert {tag: [e["pk"]["ID"] for e in logged if e["tag"] == tag] for tag in conditions} == {
-        "other": [1, 2, 3, 5],
+        "other": [1, 2, 3, 5, 6],
         "listed": [1, 2],
         "introduced": [3, 4],
         "typed": [1],
+        "empty": [6],
     }
     assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(0,)]
     assert logged[0]["new"] == {"ID": 1, "CITY": "Łódź", "FOUNDED": dt.date(2001, 1, 1), "NOTE": None}
-    assert Subs(settings).ok("status", "--check").startswith("all 4 subscription(s) are captured")
+    assert Subs(settings).ok("status", "--check").startswith("all 5 subscription(s) are captured")
 
 
 def test_ddl_from_an_attachment_lacking_a_character_of_a_captured_name_says_what_to_do(settings):
