@@ -344,8 +344,9 @@ class Relay:
         try:
             for index, (event, subject) in enumerate(zip(events, subjects)):
                 payload, headers = event.to_json().encode("utf-8"), headers_for(event)
-                if len(payload) + header_block_size(headers) > client.max_payload:
-                    too_large = _over_max_payload(len(payload), header_block_size(headers), client.max_payload)
+                header_bytes = header_block_size(headers)
+                if len(payload) + header_bytes > client.max_payload:
+                    too_large = _over_max_payload(len(payload), header_bytes, client.max_payload)
                     acks.answer(index, Undeliverable(too_large))
                     continue
                 try:
