@@ -170,6 +170,24 @@ CREATE TABLE EVENT_CAPTURE_RIGHT (
 -- the whole claim is undone and the claimer tries again later.
 CREATE EXCEPTION EVENT_STREAM_HELD 'another consumer holds a batch of this stream';
 
+-- name: time_zone_function
+-- EVENT_TIME_ZONE(): the session time zone of subs's own attachments (the
+-- server's default: subs sets none), recorded as `subs init` finds it. The
+-- capture trigger runs in the writer's attachment, whose session time zone
+-- may be another (Jaybird sets the JVM's): with LOCALTIMESTAMP a writer in
+-- Asia/Tokyo stamped its events 9 hours ahead of the listener's clock, and
+-- `subs status` gave the oldest pending event an age of -9 hours. NULL on
+-- Firebird 3, which has no session time zones.
+EXECUTE BLOCK
+AS
+DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    IF (RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') NOT STARTING WITH '3.') THEN
+        zone = RDB$GET_CONTEXT('SYSTEM', 'SESSION_TIMEZONE');
+    EXECUTE STATEMENT 'CREATE OR ALTER FUNCTION EVENT_TIME_ZONE RETURNS VARCHAR(63) CHARACTER SET UTF8 AS BEGIN RETURN '
+        || COALESCE('''' || REPLACE(zone, '''', '''''') || '''', 'NULL') || '; END';
+END;
+
 -- name: record_version
 -- The schema version lives in the same DDL transaction as the schema itself.
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER

@@ -4,13 +4,16 @@ captured-row format (every type: test_capture_types.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from collections import Counter
 from decimal import Decimal
 
 import pytest
+from firebird.driver import connect
 
 from subscriptions.capture.values import UndecodableEvent, decode
+from subscriptions.db import runtime
 from subscriptions.db.connection import Database, read_text
 from subscriptions.db.events import EventWatch
 from subscriptions.delivery.claimed import Claimed
@@ -101,6 +104,36 @@ def test_long_table_names_get_a_shortened_trigger_name(settings, engine):
     assert trigger[0].startswith("SUBS$T") and len(trigger[0]) == (31 if engine == "fb3" else 63)
     execute(settings, f"INSERT INTO {name} VALUES (5)")
     assert events(settings)[0]["pk"] == {"ID": 5}
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York", "+05:45"])
+def test_a_writer_in_another_session_time_zone_stamps_events_in_subs_time(settings, engine, zone):
+    """The trigger runs in the writer's attachment, whose session time zone
+    may be another than subs's (Jaybird sets the JVM's): with LOCALTIMESTAMP
+    a writer in Asia/Tokyo stamped its events 9 hours ahead of the
+    listener's clock, and `subs status` gave them an age of -9 hours. The
+    stamps of a change logged dead by its --when condition too."""
+    if engine == "fb3":
+        pytest.skip("Firebird 3 has no session time zones")
+    execute(settings, "CREATE TABLE PLACES (ID INTEGER NOT NULL PRIMARY KEY, N INTEGER)")
+    Subs(settings).ok("add", "places", "I", "audit")
+    Subs(settings).ok("add", "places", "I", "strict", "--when", "1 / NEW.n > 0")
+    runtime.load()
+    writer = connect(settings.target, user=settings.effective_user, password=settings.password, session_time_zone=zone)
+    try:
+        writer.cursor().execute("INSERT INTO PLACES VALUES (1, 0)")
+        writer.commit()
+    finally:
+        writer.close()
+    ages = query(
+        settings,
+        "SELECT DEAD, DATEDIFF(SECOND FROM CREATED_AT TO LOCALTIMESTAMP), "
+        "DATEDIFF(SECOND FROM COALESCE(DEAD_AT, CREATED_AT) TO LOCALTIMESTAMP) FROM EVENT_LOG ORDER BY EVENT_ID",
+    )
+    assert [dead for dead, _, _ in ages] == [False, True]
+    assert all(0 <= created < 60 and 0 <= died < 60 for _, created, died in ages), ages
+    (audit, strict) = json.loads(Subs(settings).ok("status", "--json"))
+    assert 0 <= audit["oldest_pending_age"] < 60
 
 
 def test_wide_rows_are_captured_as_blobs(settings):

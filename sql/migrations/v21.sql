@@ -21,9 +21,32 @@
 --   saying so and what to do, not the engine's "Cannot transliterate".
 -- - EVENT_CAPTURE_SYNC, which now raises EVENT_CAPTURE_REFUSED, gets the
 --   right to (for any user's DDL).
+-- - On Firebird 4 and later the trigger stamps CREATED_AT (and DEAD_AT) in
+--   the time zone of subs's attachments, EVENT_TIME_ZONE() (new), not in
+--   the writer's session time zone: a writer in Asia/Tokyo stamped its
+--   events 9 hours ahead of the listener's clock. Events captured before
+--   the upgrade keep their stamps.
 -- `subs init` regenerates the capture triggers after the upgrade.
--- The procedures are frozen copies of sql/capture.sql as it was for
--- version 21.
+-- The procedures are frozen copies of sql/capture.sql (and the function of
+-- sql/schema.sql) as they were for version 21.
+
+-- name: time_zone_function
+-- EVENT_TIME_ZONE(): the session time zone of subs's own attachments (the
+-- server's default: subs sets none), recorded as `subs init` finds it. The
+-- capture trigger runs in the writer's attachment, whose session time zone
+-- may be another (Jaybird sets the JVM's): with LOCALTIMESTAMP a writer in
+-- Asia/Tokyo stamped its events 9 hours ahead of the listener's clock, and
+-- `subs status` gave the oldest pending event an age of -9 hours. NULL on
+-- Firebird 3, which has no session time zones.
+EXECUTE BLOCK
+AS
+DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    IF (RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') NOT STARTING WITH '3.') THEN
+        zone = RDB$GET_CONTEXT('SYSTEM', 'SESSION_TIMEZONE');
+    EXECUTE STATEMENT 'CREATE OR ALTER FUNCTION EVENT_TIME_ZONE RETURNS VARCHAR(63) CHARACTER SET UTF8 AS BEGIN RETURN '
+        || COALESCE('''' || REPLACE(zone, '''', '''''') || '''', 'NULL') || '; END';
+END;
 
 -- name: source_procedure
 -- The trigger name and CREATE OR ALTER TRIGGER text for a table's active
@@ -124,6 +147,16 @@ DECLARE logs_part VARCHAR(8000) CHARACTER SET UTF8;
 DECLARE declarations_part VARCHAR(8000) CHARACTER SET UTF8 = '';
 DECLARE log_statements INTEGER;
 DECLARE shared_log BOOLEAN;
+-- When a change was captured, in subs's time zone (EVENT_TIME_ZONE): the
+-- expression, what the trigger's inserts write (its variable captured_at,
+-- set once per row), and what they add for CREATED_AT, in the trigger and
+-- in its log_event.
+DECLARE stamp VARCHAR(700) CHARACTER SET UTF8 = 'LOCALTIMESTAMP';
+DECLARE logged_at VARCHAR(20) CHARACTER SET ASCII = 'LOCALTIMESTAMP';
+DECLARE created_column VARCHAR(20) CHARACTER SET ASCII = '';
+DECLARE created_value VARCHAR(20) CHARACTER SET ASCII = '';
+DECLARE log_created_value VARCHAR(710) CHARACTER SET UTF8 = '';
+DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
 DECLARE nl CHAR(1) CHARACTER SET ASCII = '
 ';
 
@@ -382,6 +415,23 @@ BEGIN
         max_bytes = 252;
         caught_error = 'RDB$ERROR(MESSAGE)';
         blob_append = RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') NOT IN ('4.0.0', '4.0.1');
+    END
+    zone = EVENT_TIME_ZONE();
+    IF (zone IS NOT NULL) THEN
+    BEGIN
+        -- A writer in subs's zone takes LOCALTIMESTAMP (its own test costs
+        -- about 1 µs); another, its local time moved by the difference of
+        -- the two zones' offsets now (3.5 µs: a cast of a time with zone to
+        -- one without takes the session's zone, so AT TIME ZONE alone does
+        -- not do it).
+        stamp = 'IIF(RDB$GET_CONTEXT(''SYSTEM'', ''SESSION_TIMEZONE'') = ' || lit(zone) || ', LOCALTIMESTAMP, '
+            || 'DATEADD(MINUTE, 60 * (EXTRACT(TIMEZONE_HOUR FROM CURRENT_TIMESTAMP AT TIME ZONE ' || lit(zone)
+            || ') - EXTRACT(TIMEZONE_HOUR FROM CURRENT_TIMESTAMP)) + EXTRACT(TIMEZONE_MINUTE FROM CURRENT_TIMESTAMP '
+            || 'AT TIME ZONE ' || lit(zone) || ') - EXTRACT(TIMEZONE_MINUTE FROM CURRENT_TIMESTAMP), LOCALTIMESTAMP))';
+        logged_at = ':captured_at';
+        created_column = ', CREATED_AT';
+        created_value = ', :captured_at';
+        log_created_value = ', ' || stamp;
     END
     SELECT FIRST 1 TRIM(TRAILING FROM RDB$TRIGGER_NAME) FROM RDB$TRIGGERS
     WHERE RDB$RELATION_NAME = :TABLE_NAME AND RDB$TRIGGER_NAME STARTING WITH 'SUBS$'
@@ -670,9 +720,9 @@ BEGIN
                     || lit('subs:' || tag) || ', FALSE, NULL, :row_key, :old_values, :new_values);' || nl;
             ELSE
                 log_piece = log_piece || '        BEGIN' || nl
-                    || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW)' || nl
-                    || '            VALUES (' || sub_id || ', :row_key, ' || key_hash || ', :old_values, :new_values);'
-                    || nl || '            POST_EVENT ' || lit('subs:' || tag) || ';' || nl
+                    || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW' || created_column || ')'
+                    || nl || '            VALUES (' || sub_id || ', :row_key, ' || key_hash || ', :old_values, :new_values'
+                    || created_value || ');' || nl || '            POST_EVENT ' || lit('subs:' || tag) || ';' || nl
                     || '        END' || nl;
             IF (when_condition IS NOT NULL) THEN
             BEGIN
@@ -682,9 +732,10 @@ BEGIN
                         || ', NULL, TRUE, :failure_' || sub_id || ', :row_key, :old_values, :new_values);' || nl;
                 ELSE
                     log_piece = log_piece
-                        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR)'
-                        || nl || '            VALUES (' || sub_id || ', :row_key, ' || key_hash
-                        || ', :old_values, :new_values, TRUE, LOCALTIMESTAMP, :failure_' || sub_id || ');' || nl;
+                        || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, '
+                        || 'LAST_ERROR' || created_column || ')' || nl || '            VALUES (' || sub_id || ', :row_key, '
+                        || key_hash || ', :old_values, :new_values, TRUE, ' || logged_at || ', :failure_' || sub_id
+                        || created_value || ');' || nl;
             END
             IF (CHAR_LENGTH(logs_part) + CHAR_LENGTH(log_piece) > 8000) THEN
             BEGIN
@@ -730,6 +781,11 @@ BEGIN
     IF (events CONTAINING 'INSERT' OR events CONTAINING 'UPDATE') THEN
         capture = capture || pad || 'IF (NOT DELETING) THEN' || nl || pad || '    new_values = ' || new_expr || ';' || nl;
     declarations = declarations || declarations_part;
+    IF (zone IS NOT NULL AND NOT shared_log) THEN
+    BEGIN
+        declarations = declarations || 'DECLARE captured_at TIMESTAMP;' || nl;
+        capture = pad || 'captured_at = ' || stamp || ';' || nl || capture;
+    END
     IF (gated) THEN
     BEGIN
         declarations = declarations || 'DECLARE wanted BOOLEAN = TRUE;' || nl;
@@ -749,12 +805,14 @@ BEGIN
                || 'AS' || nl
                || 'BEGIN' || nl
                || '    IF (dead) THEN' || nl
-               || '        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR)' || nl
-               || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values, TRUE, LOCALTIMESTAMP, :failure);' || nl
+               || '        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, LAST_ERROR'
+               || created_column || ')' || nl
+               || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values, TRUE, ' || stamp
+               || ', :failure' || log_created_value || ');' || nl
                || '    ELSE' || nl
                || '    BEGIN' || nl
-               || '        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW)' || nl
-               || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values);' || nl
+               || '        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW' || created_column || ')' || nl
+               || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values' || log_created_value || ');' || nl
                || '        POST_EVENT event_name;' || nl
                || '    END' || nl
                || 'END' || nl,
@@ -853,6 +911,9 @@ END;
 
 -- name: grant_sync_refusal
 GRANT USAGE ON EXCEPTION EVENT_CAPTURE_REFUSED TO PROCEDURE EVENT_CAPTURE_SYNC;
+
+-- name: grant_source_time_zone
+GRANT EXECUTE ON FUNCTION EVENT_TIME_ZONE TO PROCEDURE EVENT_CAPTURE_SOURCE;
 
 -- name: record_version
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
