@@ -132,7 +132,7 @@ def test_a_writer_in_another_session_time_zone_stamps_events_in_subs_time(settin
     )
     assert [dead for dead, _, _ in ages] == [False, True]
     assert all(0 <= created < 60 and 0 <= died < 60 for _, created, died in ages), ages
-    (audit, strict) = json.loads(Subs(settings).ok("status", "--json"))
+    audit, _strict = json.loads(Subs(settings).ok("status", "--json"))
     assert 0 <= audit["oldest_pending_age"] < 60
 
 

@@ -551,7 +551,7 @@ def test_drift_is_visible_and_add_repairs_it(people):
 # metadata cache, which must pick up every regenerated trigger.
 WRITER_PROCESS = """
 import os, sys, time
-from firebird.driver import Connection, DatabaseError, connect
+from firebird.driver import DatabaseError
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 dsn, user, first, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
