@@ -99,6 +99,22 @@ REFUSED = {
     "when with an open quote": (["add", "languages", "I", "t", "--when", "NEW.NAME = 'x"], "unterminated ' quote"),
     "when with an open paren": (["add", "languages", "I", "t", "--when", "(NEW.NAME = 'x'"], "unbalanced '('"),
     "empty when": (["add", "languages", "I", "t", "--when", " "], "it is empty"),
+    "when hiding a statement after a q-string": (
+        ["add", "languages", "I", "t", "--when", "NEW.NAME = q'{'}' ; DELETE FROM LANGUAGES; --'"],
+        "';' is not allowed",
+    ),
+    "when with an open q-string": (
+        ["add", "languages", "I", "t", "--when", "NEW.NAME = q'{x'"],
+        "unterminated q'{...}'",
+    ),
+    "when with a q-string touching a word": (
+        ["add", "languages", "I", "t", "--when", "NEW.NAME = 1q'{x}'"],
+        "put a space before q'...'",
+    ),
+    "when with a quote as q-string delimiter": (
+        ["add", "languages", "I", "t", "--when", "NEW.NAME = q'''x'''"],
+        "needs an ASCII delimiter other than a quote",
+    ),
     "watching a computed column": (["add", "with_computed", "U", "t", "--columns", "twice"], "COMPUTED BY"),
     "key longer than EVENT_LOG holds": (["add", "long_key", "I", "t"], "too long to capture (more than 1000 bytes"),
     "remove unknown": (["remove", "languages", "I", "nobody"], "is not subscribed"),
@@ -139,6 +155,16 @@ def test_when_is_quoted_safely_inside_strings(prepared):
         ("odd", "x"),
         ("existing", ")); -- /*"),
     ]
+
+
+def test_q_strings_are_read_as_the_engine_reads_them(prepared):
+    """In q'<d>...<d>' a quote is data and the literal ends at its delimiter's
+    pair: read as '...' literals, q'{'}' ; DELETE ...' looked like two
+    literals around harmless text, and q'{it's}' like an unterminated one."""
+    Subs(prepared).ok("add", "languages", "I", "quoted", "--when", "NEW.NAME IN (q'{it's}', Q'!)); --!')")
+    for name in ("it's", ")); --", "x"):
+        execute(prepared, "INSERT INTO LANGUAGES (NAME) VALUES (?)", params=(name,))
+    assert [e["new"]["NAME"] for e in events(prepared) if e["tag"] == "quoted"] == ["it's", ")); --"]
 
 
 def test_missing_database(tmp_path):

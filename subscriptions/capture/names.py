@@ -10,6 +10,7 @@ by the database inside the generated trigger.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from subscriptions.errors import SubsError
 
@@ -18,6 +19,9 @@ ACTION_NAMES = {"I": "insert", "U": "update", "D": "delete"}
 TAG_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 TAG_RULE = "a letter followed by up to 39 letters, digits, '_', '.' or '-'"
 _UNQUOTED = re.compile(r"[A-Za-z][A-Za-z0-9_$]*")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_$")
+# q'<d>...<d>': these open delimiters close with their pair, any other with itself.
+_CLOSING_DELIMITERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
 # EVENT_SUBSCRIBER.WHEN_CONDITION, WATCH_COLUMNS and EVENT_BACKFILL.WHERE_CONDITION hold this many.
 MAX_STORED_CHARS = 4000
 
@@ -94,6 +98,9 @@ def check_condition(condition: str, option: str = "--when", over: str = "NEW/OLD
         )
     while index < length:
         char = condition[index]
+        if char in "qQ" and condition[index + 1 : index + 2] == "'":
+            index = _after_q_string(condition, index, refuse)
+            continue
         if char in "'\"":
             end = index + 1
             while True:
@@ -122,3 +129,22 @@ def check_condition(condition: str, option: str = "--when", over: str = "NEW/OLD
     if depth:
         raise refuse("unbalanced '('")
     return condition.strip()
+
+
+def _after_q_string(condition: str, index: int, refuse: Callable[[str], SubsError]) -> int:
+    """The index after the ``q'<d>...<d>'`` literal whose ``q`` is at ``index``,
+    read as Firebird's lexer reads it: its text ends at the first closing
+    delimiter followed by a quote, quotes inside are data. Read as a plain
+    literal instead, ``q'{'}' ; DELETE ...'`` would hide a statement from
+    the checks above. A ``q`` right after a name or number is refused: what
+    the engine makes of it depends on how it splits that word."""
+    if index and condition[index - 1] in _WORD_CHARS:
+        raise refuse(f"put a space before {condition[index]}'...' (it touches the word before it)")
+    delimiter = condition[index + 2 : index + 3]
+    if not delimiter or delimiter == "'" or not delimiter.isascii():
+        raise refuse("a q'...' literal needs an ASCII delimiter other than a quote, e.g. q'{it's}'")
+    closing = _CLOSING_DELIMITERS.get(delimiter, delimiter) + "'"
+    end = condition.find(closing, index + 3)
+    if end == -1:
+        raise refuse(f"unterminated q'{delimiter}...{closing}")
+    return end + 2
