@@ -176,11 +176,12 @@ END
 -- character WIN1252 lacks, so its changes were logged dead. A literal with
 -- an introducer (_WIN1250 '...') keeps it and becomes x'...': the engine
 -- stores such a literal as hex in the trigger's source itself, so the text
--- as written looked stale to drift checks. The text is read as
+-- as written looked stale to drift checks. A q'<d>...<d>' literal is one
+-- too (until version 22 it was kept as written). The text is read as
 -- check_condition in capture/names.py reads it ('...' and "..." with their
--- quotes doubled inside), q'...' as the engine reads it. Identifiers, and
--- literals of DATE, TIME and TIMESTAMP or with another prefix (N'...',
--- q'...', x'...'), stay as written.
+-- quotes doubled inside, q'...' as the engine reads it). Identifiers, and
+-- literals of DATE, TIME and TIMESTAMP or with another prefix (x'...'),
+-- stay as written.
 -- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
 DECLARE FUNCTION portable (condition VARCHAR(4000) CHARACTER SET UTF8)
 RETURNS BLOB SUB_TYPE TEXT CHARACTER SET UTF8
@@ -188,12 +189,14 @@ AS
 DECLARE result BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
 DECLARE at_char INTEGER = 1;
 DECLARE quote_at INTEGER;
+DECLARE start_at INTEGER;  -- the literal's first character: its quote, or the q of q'...'
 DECLARE other_at INTEGER;
 DECLARE end_at INTEGER;
 DECLARE quote_char CHAR(1) CHARACTER SET UTF8;
 DECLARE delimiter CHAR(1) CHARACTER SET UTF8;
 DECLARE before VARCHAR(80) CHARACTER SET UTF8;
 DECLARE kind CHAR(1) CHARACTER SET ASCII;  -- i introduced, k kept as written, u _UTF8 to add
+DECLARE alternative BOOLEAN;  -- q'<d>...<d>'
 DECLARE literal VARCHAR(4000) CHARACTER SET UTF8;
 DECLARE bytes VARCHAR(16000) CHARACTER SET OCTETS;
 DECLARE hex VARCHAR(32000) CHARACTER SET ASCII;
@@ -214,12 +217,17 @@ BEGIN
             result = result || SUBSTRING(condition FROM at_char);
             LEAVE;
         END
-        result = result || SUBSTRING(condition FROM at_char FOR quote_at - at_char);
         quote_char = SUBSTRING(condition FROM quote_at FOR 1);
-        -- The characters before the quote say whether it has a prefix: the
+        -- A q right before a quote starts a q'...' literal unless it ends a word.
+        alternative = quote_char = '''' AND quote_at > 1
+            AND UPPER(SUBSTRING(condition FROM quote_at - 1 FOR 1)) = 'Q'
+            AND (quote_at = 2 OR UPPER(SUBSTRING(condition FROM quote_at - 2 FOR 1)) NOT SIMILAR TO '[A-Z0-9_$]');
+        start_at = quote_at - IIF(alternative, 1, 0);
+        result = result || SUBSTRING(condition FROM at_char FOR start_at - at_char);
+        -- The characters before the literal say whether it has a prefix: the
         -- last 80 of them, as matching all of them made Firebird 3 take 10 s
         -- over a condition of 500 literals.
-        before = UPPER(SUBSTRING(condition FROM MAXVALUE(1, quote_at - 80) FOR MINVALUE(80, quote_at - 1)));
+        before = UPPER(SUBSTRING(condition FROM MAXVALUE(1, start_at - 80) FOR MINVALUE(80, start_at - 1)));
         kind = CASE
             WHEN quote_char = '"' THEN 'k'
             WHEN before SIMILAR TO '(%[^A-Z0-9_$])?\_[A-Z0-9_$]+[[:WHITESPACE:]]*' ESCAPE '\' THEN 'i'
@@ -227,7 +235,7 @@ BEGIN
             WHEN before SIMILAR TO '(%[^A-Z0-9_$])?(DATE|TIME|TIMESTAMP)[[:WHITESPACE:]]+' THEN 'k'
             ELSE 'u'
         END;
-        IF (quote_char = '''' AND before SIMILAR TO '(%[^A-Z0-9_$])?Q') THEN
+        IF (alternative) THEN
         BEGIN
             -- q'<d>...<d>': it ends at its delimiter's pair and a quote.
             delimiter = SUBSTRING(condition FROM quote_at + 1 FOR 1);
@@ -251,13 +259,16 @@ BEGIN
                 end_at = end_at + 1;
             END
         END
-        literal = SUBSTRING(condition FROM quote_at FOR end_at - quote_at + 1);
+        literal = SUBSTRING(condition FROM start_at FOR end_at - start_at + 1);
         IF (kind = 'k') THEN
             result = result || literal;
         ELSE
         BEGIN
-            bytes = CAST(REPLACE(SUBSTRING(literal FROM 2 FOR CHAR_LENGTH(literal) - 2), '''''', '''')
-                         AS VARCHAR(16000) CHARACTER SET OCTETS);
+            IF (alternative) THEN
+                bytes = CAST(SUBSTRING(literal FROM 4 FOR CHAR_LENGTH(literal) - 5) AS VARCHAR(16000) CHARACTER SET OCTETS);
+            ELSE
+                bytes = CAST(REPLACE(SUBSTRING(literal FROM 2 FOR CHAR_LENGTH(literal) - 2), '''''', '''')
+                             AS VARCHAR(16000) CHARACTER SET OCTETS);
             hex = '';
             at_byte = 1;
             WHILE (at_byte <= OCTET_LENGTH(bytes)) DO

@@ -11,7 +11,7 @@ from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
-LATEST = 21
+LATEST = 22
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 
