@@ -2,4 +2,32 @@
 -- The engine serving the database, and the role the attachment took: an
 -- engine attaches with no role (NONE) when the role asked for does not
 -- exist or is not granted to the user, without saying so.
-SELECT RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION'), TRIM(TRAILING FROM CURRENT_ROLE) FROM RDB$DATABASE;
+-- On Firebird 4 and later it also moves the attachment into subs's time
+-- zone, EVENT_TIME_ZONE() (schema.sql), when its session has another.
+-- Every LOCALTIMESTAMP of subs's own SQL (leases, retry times, ages) is
+-- then that zone's, as the capture triggers' stamps are. An embedded
+-- engine takes the session's zone from its process's TZ: a `subs retry`
+-- from a shell in Asia/Tokyo scheduled events 9 hours into a listener's
+-- future, and a listener there saw the leases of one in UTC as expired.
+-- A user without the right to the function (not made a listener by
+-- `subs grant`) keeps its session's zone.
+EXECUTE BLOCK RETURNS (ENGINE_VERSION VARCHAR(20) CHARACTER SET ASCII, ROLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+AS
+DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
+BEGIN
+    ENGINE_VERSION = RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION');
+    ROLE_NAME = TRIM(TRAILING FROM CURRENT_ROLE);
+    IF (ENGINE_VERSION NOT STARTING WITH '3.'
+        AND EXISTS(SELECT 1 FROM RDB$FUNCTIONS
+                   WHERE RDB$FUNCTION_NAME = 'EVENT_TIME_ZONE' AND RDB$PACKAGE_NAME IS NULL)) THEN
+    BEGIN
+        BEGIN
+            EXECUTE STATEMENT 'SELECT EVENT_TIME_ZONE() FROM RDB$DATABASE' INTO zone;
+            WHEN GDSCODE no_priv DO
+                zone = NULL;
+        END
+        IF (zone <> RDB$GET_CONTEXT('SYSTEM', 'SESSION_TIMEZONE')) THEN
+            EXECUTE STATEMENT 'SET TIME ZONE ''' || REPLACE(zone, '''', '''''') || '''';
+    END
+    SUSPEND;
+END

@@ -47,3 +47,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_STATS TO {grantee};
 -- name: stream_held
 -- Ordered claims raise it when another consumer takes a stream's lease first.
 GRANT USAGE ON EXCEPTION EVENT_STREAM_HELD TO {grantee};
+
+-- name: time_zone
+-- Its attachments take subs's time zone (engine.sql).
+GRANT EXECUTE ON FUNCTION EVENT_TIME_ZONE TO {grantee};

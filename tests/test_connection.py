@@ -1,11 +1,17 @@
-"""The database seam (db/connection.py) when its attachment is lost under
-it: no crash, no traceback, and a clear error for whatever comes next."""
+"""The database seam (db/connection.py): when its attachment is lost under
+it, no crash, no traceback, and a clear error for whatever comes next; and
+its attachments keep subs's time zone whatever their process's."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+
+import pytest
+
+from conftest import Subs, credentials, execute, query
 
 LOSE_AN_OPEN_RESULT_SET = """
 import gc, os, sys
@@ -56,3 +62,36 @@ def test_a_lost_attachment_with_an_open_result_set_leaves_no_crash_behind(settin
         timeout=120,
     )
     assert (run.returncode, run.stdout, run.stderr) == (0, "done\n", "")
+
+
+def test_subs_in_a_process_of_another_time_zone_keeps_subs_time(settings, engine):
+    """An embedded engine gives a session its process's time zone (TZ), and
+    every LOCALTIMESTAMP of subs's SQL is that zone's wall time. Until
+    version 22 `subs purge --older-than 1h` from a shell in Asia/Tokyo
+    deleted events that had died a moment ago in a database whose events
+    are stamped in UTC, and its `subs status` aged fresh events 9 hours
+    (leases and retry times were misread the same way)."""
+    if engine == "fb3":
+        pytest.skip("Firebird 3 has no session time zones")
+    execute(settings, "CREATE TABLE PLACES (ID INTEGER NOT NULL PRIMARY KEY, N INTEGER)")
+    Subs(settings).ok("add", "places", "I", "audit")
+    Subs(settings).ok("add", "places", "I", "strict", "--when", "1 / NEW.n > 0")
+    execute(settings, "INSERT INTO PLACES VALUES (1, 0)")
+    [(subs_zone,)] = query(settings, "SELECT EVENT_TIME_ZONE() FROM RDB$DATABASE")
+    zone = "America/New_York" if subs_zone == "Asia/Tokyo" else "Asia/Tokyo"
+
+    def subs_in_zone(*args: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
+            env={**os.environ, **credentials(settings), "TZ": zone},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    audit, strict = json.loads(subs_in_zone("status", "--json"))
+    assert 0 <= audit["oldest_pending_age"] < 60 and strict["dead"] == 1
+    assert subs_in_zone("purge", "--older-than", "1h").startswith("deleted 0 dead event(s)")
+    assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(1,)]
