@@ -10,8 +10,11 @@
 -- from a shell in Asia/Tokyo scheduled events 9 hours into a listener's
 -- future, and a listener there saw the leases of one in UTC as expired.
 -- A user without the right to the function (not made a listener by
--- `subs grant`) keeps its session's zone.
-EXECUTE BLOCK RETURNS (ENGINE_VERSION VARCHAR(20) CHARACTER SET ASCII, ROLE_NAME VARCHAR(63) CHARACTER SET UTF8)
+-- `subs grant`) keeps its session's zone, and so does every attachment
+-- when the engine does not know the zone (UNKNOWN_ZONE names it then: the
+-- database was restored on an engine with older time zone data).
+EXECUTE BLOCK RETURNS (ENGINE_VERSION VARCHAR(20) CHARACTER SET ASCII, ROLE_NAME VARCHAR(63) CHARACTER SET UTF8,
+                       UNKNOWN_ZONE VARCHAR(63) CHARACTER SET UTF8)
 AS
 DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
 BEGIN
@@ -27,7 +30,11 @@ BEGIN
                 zone = NULL;
         END
         IF (zone <> RDB$GET_CONTEXT('SYSTEM', 'SESSION_TIMEZONE')) THEN
+        BEGIN
             EXECUTE STATEMENT 'SET TIME ZONE ''' || REPLACE(zone, '''', '''''') || '''';
+            WHEN ANY DO
+                UNKNOWN_ZONE = zone;
+        END
     END
     SUSPEND;
 END

@@ -10,8 +10,12 @@ import subprocess
 import sys
 
 import pytest
+from firebird.driver import connect
 
-from conftest import Subs, credentials, execute, query
+from subscriptions.db import connection, runtime
+from subscriptions.db.connection import Database
+
+from conftest import Subs, credentials, events, execute, query
 
 LOSE_AN_OPEN_RESULT_SET = """
 import gc, os, sys
@@ -95,3 +99,39 @@ def test_subs_in_a_process_of_another_time_zone_keeps_subs_time(settings, engine
     assert 0 <= audit["oldest_pending_age"] < 60 and strict["dead"] == 1
     assert subs_in_zone("purge", "--older-than", "1h").startswith("deleted 0 dead event(s)")
     assert query(settings, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(1,)]
+
+
+def test_a_time_zone_the_engine_does_not_know_leaves_subs_and_the_application_working(settings, engine, caplog):
+    """A database restored on an engine with older time zone data may record
+    a zone that engine lacks (Europe/Kyiv): every attachment failed setting
+    it ("Invalid time zone region"), and a trigger generated there compiled
+    and then failed every write from another zone. Now the sessions keep
+    their zone and say so once, and the trigger stamps as on Firebird 3."""
+    if engine == "fb3":
+        pytest.skip("Firebird 3 has no session time zones")
+    execute(settings, "CREATE TABLE PLACES (ID INTEGER NOT NULL PRIMARY KEY)")
+    execute(
+        settings,
+        "CREATE OR ALTER FUNCTION EVENT_TIME_ZONE RETURNS VARCHAR(63) CHARACTER SET UTF8 "
+        "AS BEGIN RETURN 'Mars/Olympus'; END",
+    )
+    connection._warn_of_unknown_zone.cache_clear()
+    Database(settings).close()
+    Database(settings).close()
+    assert [r.getMessage() for r in caplog.records if "Mars/Olympus" in r.getMessage()] == [
+        "this Firebird does not know subs's time zone 'Mars/Olympus' (EVENT_TIME_ZONE(), recorded where the "
+        "database was installed): subs reads and stamps times in each session's own zone; update this engine, "
+        "whose time zone data is older"
+    ]
+    Subs(settings).ok("add", "places", "I", "audit")
+    runtime.load()
+    writer = connect(
+        settings.target, user=settings.effective_user, password=settings.password, session_time_zone="Asia/Tokyo"
+    )
+    try:
+        writer.cursor().execute("INSERT INTO PLACES VALUES (1)")
+        writer.commit()
+    finally:
+        writer.close()
+    assert [event["pk"] for event in events(settings)] == [{"ID": 1}]
+    assert Subs(settings).ok("status", "--check").startswith("all 1 subscription(s) are captured")

@@ -5,6 +5,10 @@
 -- attachment that compiles the trigger: the application's DDL regenerates
 -- it in the application's own attachment, so from WIN1252
 -- --when "NEW.CITY IN (q'[Łódź]')" failed the application's ALTER TABLE.
+-- A zone in EVENT_TIME_ZONE() that the engine does not know (the database
+-- restored on an engine with older time zone data: Europe/Kyiv) compiled
+-- into the trigger, which then failed every write from another zone: such
+-- a trigger now stamps as on Firebird 3.
 -- `subs init` regenerates the capture triggers after the upgrade.
 -- The procedure is a frozen copy of sql/capture.sql as it was for
 -- version 22.
@@ -118,6 +122,7 @@ DECLARE created_column VARCHAR(20) CHARACTER SET ASCII = '';
 DECLARE created_value VARCHAR(20) CHARACTER SET ASCII = '';
 DECLARE log_created_value VARCHAR(710) CHARACTER SET UTF8 = '';
 DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
+DECLARE zone_known INTEGER;
 DECLARE nl CHAR(1) CHARACTER SET ASCII = '
 ';
 
@@ -389,6 +394,17 @@ BEGIN
         blob_append = RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') NOT IN ('4.0.0', '4.0.1');
     END
     zone = EVENT_TIME_ZONE();
+    -- A zone this engine's time zone data lacks (the database restored on
+    -- an engine with older data, which knows no Europe/Kyiv) compiles, then
+    -- fails every write from another zone: such a trigger stamps as on
+    -- Firebird 3.
+    IF (zone IS NOT NULL) THEN
+    BEGIN
+        EXECUTE STATEMENT 'SELECT 1 FROM RDB$DATABASE WHERE CURRENT_TIMESTAMP AT TIME ZONE ' || lit(zone) || ' IS NOT NULL'
+            INTO zone_known;
+        WHEN ANY DO
+            zone = NULL;
+    END
     IF (zone IS NOT NULL) THEN
     BEGIN
         -- A writer in subs's zone takes LOCALTIMESTAMP (its own test costs

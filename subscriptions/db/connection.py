@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -32,6 +33,7 @@ from .errors import connect_error, is_conflict, is_connection_lost, role_error
 from .retry import Backoff, retrying
 from .settings import ConnectionSettings
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 CONFLICT_ATTEMPTS = 10
 
@@ -86,6 +88,17 @@ def open_connection(settings: ConnectionSettings, *, create: bool = False) -> Co
         raise connect_error(exc, settings) from None
 
 
+@functools.cache
+def _warn_of_unknown_zone(zone: str) -> None:
+    """Once per process: every attachment finds it (sql/engine.sql)."""
+    logger.warning(
+        "this Firebird does not know subs's time zone %r (EVENT_TIME_ZONE(), recorded where the database was "
+        "installed): subs reads and stamps times in each session's own zone; update this engine, whose time "
+        "zone data is older",
+        zone,
+    )
+
+
 class Database:
     """One attachment, used in short transactions only (nothing is left open
     between calls, so garbage collection is never held back by us)."""
@@ -101,7 +114,9 @@ class Database:
         self.connection = open_connection(settings, create=create)
         with self.transaction() as cursor:
             cursor.execute(sql.load("engine")["attachment"])
-            version, role = cursor.fetchone()
+            version, role, unknown_zone = cursor.fetchone()
+        if unknown_zone is not None:
+            _warn_of_unknown_zone(unknown_zone)
         # (major, minor, patch) of the engine actually serving this database.
         self.engine_version = tuple(int(part) for part in str(version).split("."))
         if settings.role is not None and role != settings.role:
