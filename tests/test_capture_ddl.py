@@ -550,6 +550,27 @@ def test_drift_is_visible_and_add_repairs_it(people):
     assert check(people)[0] == 0
 
 
+def test_ddl_that_skips_database_triggers_shows_as_drift_until_add_repairs_it(people):
+    """An attachment without database triggers (isql -nodbtriggers; the owner
+    or SYSDBA only) changes the table behind subs's back: the trigger is not
+    regenerated, and Firebird refuses to drop a column it reads."""
+    runtime.load()
+    owner = connect(people.target, user=people.effective_user, password=people.password, no_db_triggers=True)
+    try:
+        owner.execute_immediate("ALTER TABLE PEOPLE ADD CITY VARCHAR(20)")
+        owner.commit()
+        owner.execute_immediate("ALTER TABLE PEOPLE DROP AGE")
+        with pytest.raises(DatabaseError, match="COLUMN PEOPLE.AGE"):
+            owner.commit()
+        owner.rollback()
+    finally:
+        owner.close()
+    assert check(people)[1].splitlines()[0] == "subscription 1 (PEOPLE I audit): trigger stale"
+    assert "its capture trigger had drifted and was made again" in Subs(people).ok("add", "people", "IUD", "audit")
+    execute(people, "INSERT INTO PEOPLE (ID, CITY) VALUES (1, 'Oslo')")
+    assert last_new(people) == {"ID": 1, "NAME": None, "AGE": None, "CITY": "Oslo"}
+
+
 # A writer of its own process: under SuperClassic each process keeps its own
 # metadata cache, which must pick up every regenerated trigger.
 WRITER_PROCESS = """
