@@ -6,9 +6,10 @@
 -- zone, EVENT_TIME_ZONE() (schema.sql), when its session has another.
 -- Every LOCALTIMESTAMP of subs's own SQL (leases, retry times, ages) is
 -- then that zone's, as the capture triggers' stamps are. An embedded
--- engine takes the session's zone from its process's TZ: a `subs retry`
--- from a shell in Asia/Tokyo scheduled events 9 hours into a listener's
--- future, and a listener there saw the leases of one in UTC as expired.
+-- engine takes the session's zone from its process's TZ: `subs purge
+-- --older-than 1h` from a shell in Asia/Tokyo deleted events of a UTC
+-- database that had died a moment ago, and a listener there would read
+-- the leases of one in UTC as expired 9 hours ago.
 -- A user without the right to the function (not made a listener by
 -- `subs grant`) keeps its session's zone, and so does every attachment
 -- when the engine does not know the zone (UNKNOWN_ZONE names it then: the
