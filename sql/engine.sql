@@ -18,6 +18,7 @@ EXECUTE BLOCK RETURNS (ENGINE_VERSION VARCHAR(20) CHARACTER SET ASCII, ROLE_NAME
                        UNKNOWN_ZONE VARCHAR(63) CHARACTER SET UTF8)
 AS
 DECLARE zone VARCHAR(63) CHARACTER SET UTF8;
+DECLARE known INTEGER;
 BEGIN
     ENGINE_VERSION = RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION');
     ROLE_NAME = TRIM(TRAILING FROM CURRENT_ROLE);
@@ -32,9 +33,14 @@ BEGIN
         END
         IF (zone <> RDB$GET_CONTEXT('SYSTEM', 'SESSION_TIMEZONE')) THEN
         BEGIN
-            EXECUTE STATEMENT 'SET TIME ZONE ''' || REPLACE(zone, '''', '''''') || '''';
-            WHEN ANY DO
-                UNKNOWN_ZONE = zone;
+            BEGIN
+                EXECUTE STATEMENT 'SELECT 1 FROM RDB$DATABASE WHERE CURRENT_TIMESTAMP AT TIME ZONE '''
+                    || REPLACE(zone, '''', '''''') || ''' IS NOT NULL' INTO known;
+                WHEN ANY DO
+                    UNKNOWN_ZONE = zone;
+            END
+            IF (UNKNOWN_ZONE IS NULL) THEN
+                EXECUTE STATEMENT 'SET TIME ZONE ''' || REPLACE(zone, '''', '''''') || '''';
         END
     END
     SUSPEND;
