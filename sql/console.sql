@@ -20,11 +20,11 @@ SELECT LOCALTIMESTAMP FROM RDB$DATABASE;
 -- name: in_span
 -- Span sp (a parallel consumer's lease) covers event l.
 sp.SUB_ID = l.SUB_ID AND sp.FIRST_EVENT <= l.EVENT_ID AND sp.LAST_EVENT >= l.EVENT_ID
-AND sp.EXPIRES_AT > LOCALTIMESTAMP
+AND sp.EXPIRES_AT > EVENT_NOW()
 
 -- name: in_batch
 -- Lease h (an ordered consumer's batch) covers event l.
-h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL AND h.EXPIRES_AT > LOCALTIMESTAMP
+h.SUB_ID = l.SUB_ID AND h.HOLDER IS NOT NULL AND h.EXPIRES_AT > EVENT_NOW()
 AND l.EVENT_ID BETWEEN h.FIRST_EVENT AND h.LAST_EVENT
 
 -- name: held
@@ -36,8 +36,11 @@ COALESCE((SELECT FIRST 1 sp.HOLDER FROM EVENT_SPAN sp WHERE {{in_span}}),
          (SELECT h.HOLDER FROM EVENT_LEASE h WHERE {{in_batch}}))
 
 -- name: held_until
-COALESCE((SELECT FIRST 1 sp.EXPIRES_AT FROM EVENT_SPAN sp WHERE {{in_span}}),
-         (SELECT h.EXPIRES_AT FROM EVENT_LEASE h WHERE {{in_batch}}))
+-- Leases run on EVENT_NOW() (UTC on Firebird 4 and later): shown in subs's
+-- zone, as CREATED_AT is.
+DATEADD(DATEDIFF(MILLISECOND FROM EVENT_NOW() TO LOCALTIMESTAMP) MILLISECOND TO
+        COALESCE((SELECT FIRST 1 sp.EXPIRES_AT FROM EVENT_SPAN sp WHERE {{in_span}}),
+                 (SELECT h.EXPIRES_AT FROM EVENT_LEASE h WHERE {{in_batch}})))
 
 -- name: state
 IIF(l.DEAD, 'D', IIF(l.LAST_ERROR IS NULL, 'P', 'F'))
@@ -49,7 +52,8 @@ IIF(OCTET_LENGTH(l.OLD_ROW) <= 32000, CAST(l.OLD_ROW AS VARCHAR(32000) CHARACTER
 IIF(OCTET_LENGTH(l.OLD_ROW) > 32000, l.OLD_ROW, NULL),
 IIF(OCTET_LENGTH(l.NEW_ROW) <= 32000, CAST(l.NEW_ROW AS VARCHAR(32000) CHARACTER SET OCTETS), NULL),
 IIF(OCTET_LENGTH(l.NEW_ROW) > 32000, l.NEW_ROW, NULL),
-{{state}}, {{held}}, l.ATTEMPTS, l.LAST_ERROR, l.CREATED_AT, l.NEXT_ATTEMPT_AT, l.DEAD_AT, {{held_by}}
+{{state}}, {{held}}, l.ATTEMPTS, l.LAST_ERROR, l.CREATED_AT,
+DATEADD(DATEDIFF(MILLISECOND FROM EVENT_NOW() TO LOCALTIMESTAMP) MILLISECOND TO l.NEXT_ATTEMPT_AT), l.DEAD_AT, {{held_by}}
 
 -- name: subscription_events
 -- Up to ? events of one subscription after an EVENT_ID, live (DEAD FALSE)
@@ -81,7 +85,7 @@ SELECT SUB_ID, TRIM(TRAILING FROM TABLE_NAME), ACTION, TRIM(TAG), ACTIVE, PAUSED
 
 -- name: retry_failed
 -- A failed event waiting for its retry, and in no worker's hands, is made due now.
-UPDATE EVENT_LOG l SET NEXT_ATTEMPT_AT = LOCALTIMESTAMP
+UPDATE EVENT_LOG l SET NEXT_ATTEMPT_AT = EVENT_NOW()
 WHERE l.EVENT_ID = ? AND l.DEAD = FALSE AND l.LAST_ERROR IS NOT NULL AND NOT {{held}};
 
 -- name: retry_dead

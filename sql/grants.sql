@@ -51,3 +51,7 @@ GRANT USAGE ON EXCEPTION EVENT_STREAM_HELD TO {grantee};
 -- name: time_zone
 -- Its attachments take subs's time zone (engine.sql).
 GRANT EXECUTE ON FUNCTION EVENT_TIME_ZONE TO {grantee};
+
+-- name: clock
+-- Leases and retry times run on it (schema.sql).
+GRANT EXECUTE ON FUNCTION EVENT_NOW TO {grantee};

@@ -188,10 +188,30 @@ BEGIN
         || COALESCE('''' || REPLACE(zone, '''', '''''') || '''', 'NULL') || '; END';
 END;
 
+-- name: now_function
+-- EVENT_NOW(): the clock of leases and retry times (EVENT_LEASE and
+-- EVENT_SPAN.EXPIRES_AT, EVENT_LOG.NEXT_ATTEMPT_AT). UTC on Firebird 4 and
+-- later: as LOCALTIMESTAMP, the wall time of subs's zone, the moment a
+-- daylight saving time change put the clocks forward ended every lease at
+-- once (their events claimed again while their handlers ran), and putting
+-- them back held released leases and due retries for an hour more.
+-- LOCALTIMESTAMP on Firebird 3, which has no time zones. DETERMINISTIC and
+-- without arguments, the engine evaluates it once per statement, as it
+-- does LOCALTIMESTAMP (a plain function cost every row of a claim's scan).
+EXECUTE BLOCK
+AS
+BEGIN
+    EXECUTE STATEMENT 'CREATE OR ALTER FUNCTION EVENT_NOW RETURNS TIMESTAMP DETERMINISTIC AS BEGIN RETURN '
+        || IIF(RDB$GET_CONTEXT('SYSTEM', 'ENGINE_VERSION') STARTING WITH '3.', 'LOCALTIMESTAMP',
+               'DATEADD(MINUTE, -(EXTRACT(TIMEZONE_HOUR FROM CURRENT_TIMESTAMP) * 60 '
+               || '+ EXTRACT(TIMEZONE_MINUTE FROM CURRENT_TIMESTAMP)), LOCALTIMESTAMP)')
+        || '; END';
+END;
+
 -- name: record_version
 -- The schema version lives in the same DDL transaction as the schema itself.
 CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER
 AS
 BEGIN
-    RETURN 22;
+    RETURN 23;
 END;

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from subscriptions.db.connection import Database
 from subscriptions.delivery import claims
 from subscriptions.delivery.claimed import Claimed
@@ -56,7 +58,7 @@ def test_a_lease_taken_over_counts_the_attempt_of_the_batch_left_in_hand(items):
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
         assert len(a.claim_head([target], 3)) == 3  # then "a" dies without settling
-        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= LOCALTIMESTAMP"
+        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= EVENT_NOW()"
         wait_until(lambda: query(items, expired) == [(3,)], 10, "the stream's lease (I, U, D) to run out")
         assert [(key(e), e.attempt) for e in b.claim_head([target], 4)] == [(1, 2), (2, 2), (3, 2), (4, 1)]
         assert a.settle_head(stream_of(target), []) == 0
@@ -97,7 +99,7 @@ def test_a_claim_that_meets_an_uncommitted_lease_claims_nothing(items):
         with b_db.transaction() as cursor:
             cursor.execute(
                 "UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT) "
-                "VALUES (?, 'b:2', LOCALTIMESTAMP) MATCHING (SUB_ID)",
+                "VALUES (?, 'b:2', EVENT_NOW()) MATCHING (SUB_ID)",
                 (target.sub_id,),
             )
             assert a.claim_head([target], 5) == []
@@ -158,7 +160,7 @@ def test_an_ordered_claim_stops_at_the_streams_first_event_that_waits(items):
     insert(items, 1, 1)
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1")
     insert(items, 2, 1)
-    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 2")
+    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO EVENT_NOW()) WHERE EVENT_ID = 2")
     with Database(items) as db:
         stream = [t for t in load_targets(db) if t.table == "ITEMS"]
         claimer = Claimer(db, "a:1", 30)
@@ -176,7 +178,7 @@ def test_ready_names_the_subscriptions_whose_head_can_be_claimed(items):
         insert(items, 1, 2)
         execute(items, "INSERT INTO OTHERS VALUES (1, NULL)", "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 2")
         assert claimer.ready() == {1, 2, 4}  # ITEMS I and U, OTHERS I
-        execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 1")
+        execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO EVENT_NOW()) WHERE EVENT_ID = 1")
         Subs(items).ok("pause", "others", "I", "rec")
         assert claimer.ready() == {2}  # ITEMS I waits for its retry, OTHERS is paused
 
@@ -256,7 +258,7 @@ def test_no_next_batch_for_a_lease_another_consumer_took_over(items):
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 0.5), Claimer(b_db, "b:2", 30)
         first = a.claim_head([target], 2)
-        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= LOCALTIMESTAMP"
+        expired = "SELECT COUNT(*) FROM EVENT_LEASE WHERE EXPIRES_AT <= EVENT_NOW()"
         wait_until(lambda: query(items, expired) == [(3,)], 10, "the stream's lease (I, U, D) to run out")
         assert [key(e) for e in b.claim_head([target], 2)] == [1, 2]
         assert a.claim_next([target], first[-1].id, len(first), 2) == []
@@ -298,7 +300,7 @@ def test_status_counts_an_event_in_flight_once_whatever_holds_it(items):
         assert [key(e) for e in first + second] == [1, 2, 3, 4]
         execute(
             items,
-            "UPDATE EVENT_LEASE SET HOLDER = 'c:3', EXPIRES_AT = DATEADD(1 MINUTE TO LOCALTIMESTAMP), "
+            "UPDATE EVENT_LEASE SET HOLDER = 'c:3', EXPIRES_AT = DATEADD(1 MINUTE TO EVENT_NOW()), "
             "FIRST_EVENT = ?, LAST_EVENT = ? WHERE SUB_ID = ?",
             params=(first[1].id, second[0].id, target.sub_id),
         )
@@ -337,7 +339,7 @@ def test_a_run_ends_at_an_event_that_is_not_available(items):
     claimed on its own once due: spans never overlap."""
     target = insert_target(items)
     targets = {target.sub_id: target}
-    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO LOCALTIMESTAMP) WHERE EVENT_ID = 3")
+    execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO EVENT_NOW()) WHERE EVENT_ID = 3")
     with Database(items) as db:
         claimer = Claimer(db, "a:1", 30)
         events = claimer.claim(targets, 10)
@@ -371,7 +373,7 @@ def test_a_span_taken_over_counts_the_attempt_of_the_events_left_in_it(items):
         held = a.claim(targets, 3)  # then "a" dies with them in hand
         assert a.ack([held[0].id]) == 1
         assert b.claim(targets, 10) and b.conflicts == 0
-        wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT <= LOCALTIMESTAMP") == [(1,)])
+        wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT <= EVENT_NOW()") == [(1,)])
         again = b.claim(targets, 10)
         assert [(key(e), e.attempt) for e in again] == [(2, 2), (3, 2)]
     assert query(items, "SELECT COUNT(*) FROM EVENT_SPAN WHERE HOLDER = 'a:1'") == [(0,)]
@@ -424,7 +426,7 @@ def test_parallel_claims_take_turns_among_subscriptions(items):
 
 def retry_later(settings, event_id: int, later: bool = True) -> None:
     """Make an event wait for its retry for an hour, or be due again."""
-    due = "DATEADD(1 HOUR TO LOCALTIMESTAMP)" if later else "NULL"
+    due = "DATEADD(1 HOUR TO EVENT_NOW())" if later else "NULL"
     execute(settings, f"UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = {due} WHERE EVENT_ID = ?", params=(event_id,))
 
 
@@ -525,3 +527,46 @@ def test_a_claim_stops_once_its_events_carry_16_mb(settings):
         assert [key(e) for e in parallel] == [4, 5]
         assert all(e.event()[0].new["BODY"] == bytes([key(e)]) * 6_000_000 for e in ordered + parallel)
         claimer.free_statements()
+
+
+def set_subs_zone(settings, offset: str) -> None:
+    """Make subs's time zone a fixed offset. Attachments take it as they
+    attach, so changing it between two moves the wall clock of the second
+    as a daylight saving time change does."""
+    execute(
+        settings,
+        "CREATE OR ALTER FUNCTION EVENT_TIME_ZONE RETURNS VARCHAR(63) CHARACTER SET UTF8 "
+        f"AS BEGIN RETURN '{offset}'; END",
+    )
+
+
+def test_leases_and_retry_times_outlive_a_daylight_saving_time_change(items, engine):
+    """Until version 23 leases and retry times ran on LOCALTIMESTAMP, the
+    wall time of subs's zone. When the clocks went forward, every lease
+    ended at once (another consumer took a batch still in hand) and retries
+    came an hour early; when they went back, a released lease stayed held
+    for an hour. EVENT_NOW() is UTC on Firebird 4 and later."""
+    if engine == "fb3":
+        pytest.skip("Firebird 3 has no time zones: EVENT_NOW() is its LOCALTIMESTAMP")
+    set_subs_zone(items, "+01:00")
+    inserts = insert_target(items)
+    execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1")
+    with Database(items) as db:
+        updates = next(t for t in load_targets(db) if t.action == "U")
+        a = Claimer(db, "a:1", 30)
+        assert [key(e) for e in a.claim_head([inserts], 2)] == [1, 2]
+        (failing,) = a.claim({updates.sub_id: updates}, 10)
+        a.fail(failing.id, "boom", 60, dead=False)
+        assert a.ack([], {failing.span}) == 0
+
+    set_subs_zone(items, "+02:00")  # the clocks go forward
+    with Database(items) as db:
+        b = Claimer(db, "b:2", 30)
+        assert b.claim_head([inserts], 10) == [], "a's lease ended when the clocks went forward"
+        assert b.claim({updates.sub_id: updates}, 10) == [], "a retry due in a minute came at once"
+        Claimer(db, "a:1", 30).settle_head(stream_of(inserts), [])
+
+    set_subs_zone(items, "+01:00")  # and back
+    with Database(items) as db:
+        b = Claimer(db, "b:2", 30)
+        assert [key(e) for e in b.claim_head([inserts], 2)] == [1, 2], "a released lease stayed held"

@@ -378,7 +378,7 @@ def test_sigterm_lets_the_running_handler_finish(items, tmp_path, listeners):
     assert listener.finish(30) == 0
     assert [(line["key"], line["phase"]) for line in listener.lines()] == [(1, "start"), (1, "done")]
     assert query(items, "SELECT ATTEMPTS FROM EVENT_LOG ORDER BY EVENT_ID") == [(0,)] * 5
-    leases = "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT > LOCALTIMESTAMP"
+    leases = "SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT > EVENT_NOW()"
     assert query(items, leases) == [(0,)], "unstarted events were not given back"
 
 

@@ -219,10 +219,10 @@ def test_a_table_dropped_and_created_again_by_its_owner_keeps_its_condition_righ
 
 
 def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings, make_user):
-    """Version 16 adds EVENT_CAPTURE_RIGHT, and since version 22 a listener
-    executes EVENT_TIME_ZONE (version 21's): a listener `subs grant` made
-    before the upgrade gets their rights from `subs init`, not from a second
-    grant."""
+    """Version 16 adds EVENT_CAPTURE_RIGHT, version 23 EVENT_NOW, and since
+    version 22 a listener executes EVENT_TIME_ZONE (version 21's): a
+    listener `subs grant` made before the upgrade gets their rights from
+    `subs init`, not from a second grant."""
     listener_user = make_user("listener")
     old = another_database(settings)
     with Database(old) as db:
@@ -230,7 +230,7 @@ def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings,
     execute(old, "CREATE ROLE SUBS_LISTENERS")
     grants = sql.load("grants")
     for kind, name in (("USER", listener_user.user), ("ROLE", "SUBS_LISTENERS")):
-        newer = ("capture_rights", "time_zone")
+        newer = ("capture_rights", "time_zone", "clock")
         execute(old, *(sql.with_grantee(grants[block], kind, name) for block in grants if block not in newer))
 
     assert Subs(old).ok("init").splitlines() == [
@@ -247,10 +247,10 @@ def test_an_upgrade_gives_listener_users_the_rights_of_the_new_version(settings,
         ) == [("D",), ("I",), ("S",)]
         assert query(
             old,
-            "SELECT TRIM(RDB$PRIVILEGE) FROM RDB$USER_PRIVILEGES WHERE RDB$RELATION_NAME = 'EVENT_TIME_ZONE' "
-            "AND RDB$USER = ?",
+            "SELECT TRIM(RDB$PRIVILEGE) FROM RDB$USER_PRIVILEGES "
+            "WHERE RDB$RELATION_NAME IN ('EVENT_TIME_ZONE', 'EVENT_NOW') AND RDB$USER = ?",
             (name,),
-        ) == [("X",)]
+        ) == [("X",), ("X",)]
     assert Subs(old).ok("init").strip() == f"schema is up to date (version {LATEST})"
 
 

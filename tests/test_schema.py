@@ -365,3 +365,35 @@ def test_an_upgraded_database_has_the_system_tables_of_a_fresh_install(empty_set
     assert upgraded["triggers"], "the subscribed table's trigger is compared too"
     for name in CATALOGUE:
         assert upgraded[name] == installed[name], name
+
+
+def test_version_23_moves_stored_lease_and_retry_times_to_its_clock(empty_settings, engine):
+    """Version 23 runs leases and retry times on EVENT_NOW(), UTC on Firebird
+    4 and later, where they were the wall time of subs's zone: the times
+    stored before move with them (a lease taken in +05:00 would otherwise
+    look held for 5 hours more, and a retry wait as long)."""
+    with Database(empty_settings) as db:
+        schema.upgrade(db, target=22)
+    if engine != "fb3":
+        execute(
+            empty_settings,
+            "CREATE OR ALTER FUNCTION EVENT_TIME_ZONE RETURNS VARCHAR(63) CHARACTER SET UTF8 "
+            "AS BEGIN RETURN '+05:00'; END",
+        )
+    execute(
+        empty_settings,
+        "INSERT INTO EVENT_SUBSCRIBER (TABLE_NAME, ACTION, TAG) VALUES ('T', 'I', 'rec')",
+        "INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, NEXT_ATTEMPT_AT) VALUES (1, '', DATEADD(60 SECOND TO LOCALTIMESTAMP))",
+        "INSERT INTO EVENT_LEASE (SUB_ID, HOLDER, EXPIRES_AT) VALUES (1, 'a:1', DATEADD(30 SECOND TO LOCALTIMESTAMP))",
+        "INSERT INTO EVENT_SPAN (SPAN_ID, SUB_ID, FIRST_EVENT, LAST_EVENT, HOLDER, EXPIRES_AT) "
+        "VALUES (1, 1, 1, 1, 'a:1', DATEADD(30 SECOND TO LOCALTIMESTAMP))",
+    )
+    assert Subs(empty_settings).ok("init").strip() == f"upgraded schema from version 22 to {schema.LATEST}"
+    left = query(
+        empty_settings,
+        "SELECT DATEDIFF(SECOND FROM EVENT_NOW() TO EXPIRES_AT) FROM EVENT_LEASE "
+        "UNION ALL SELECT DATEDIFF(SECOND FROM EVENT_NOW() TO EXPIRES_AT) FROM EVENT_SPAN "
+        "UNION ALL SELECT DATEDIFF(SECOND FROM EVENT_NOW() TO NEXT_ATTEMPT_AT) FROM EVENT_LOG",
+    )
+    (lease,), (span,), (retry,) = left
+    assert 0 < lease <= 30 and 0 < span <= 30 and 30 < retry <= 60, left

@@ -11,7 +11,7 @@ from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
-LATEST = 22
+LATEST = 23
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 
