@@ -39,7 +39,11 @@ def tag(db: Database, worker: str, serves: str) -> None:
 
 
 def is_dead_here(worker: str) -> bool:
-    """True if ``worker`` (``host:pid``) was a process of this host that is gone."""
+    """True if ``worker`` (``host:pid``) was a process of this host that is
+    gone or a zombie. A killed listener's workers stay zombies until init
+    collects them (up to a second here, for ever under an init that never
+    does), and a zombie's attachment may outlive it on a server as any dead
+    process's can."""
     host, _, pid = worker.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
@@ -47,9 +51,22 @@ def is_dead_here(worker: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
-    except PermissionError:  # alive, another user's
+    except PermissionError:  # another user's: alive, or a zombie
+        pass
+    return _is_zombie(int(pid))
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and awaits collection by its parent (Linux;
+    where /proc is missing, a process that answers signals counts as alive)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return os.path.isdir("/proc")  # collected since the signal
+    except OSError:
         return False
-    return False
+    return state in ("Z", "X")
 
 
 def reap(db: Database) -> list[str]:
