@@ -326,8 +326,9 @@ def wait_for_messages(
     listener never got through its start-up (it attaches there), met the
     engine's wedge after the listener's SIGKILL (EngineWedged). On the
     Firebird 3 server a timeout says what the producer, the stream and the
-    listener did meanwhile (it ran silent for 60 s once in CI, and not in 14
-    runs by hand)."""
+    listener did meanwhile (it ran silent for 60 s twice in CI, its claims
+    passing over a locked lease row: tests/SOAK-NOTES.md, finding 6,
+    "Later")."""
     committed = producer.committed.value
     try:
         wait_until(lambda: stored(stream) > count, timeout, what)

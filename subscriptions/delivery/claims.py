@@ -37,6 +37,7 @@ from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connectio
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
+from .lockouts import Lockouts
 
 MAX_ERROR_LENGTH = 2000
 # Ids per settling statement: what its list of ids holds. The list is a
@@ -69,6 +70,9 @@ class Target:
     action: str
     tag: str
 
+    def __str__(self) -> str:
+        return f"subscription {self.sub_id} ({self.table} {self.action} {self.tag})"
+
 
 Stream = tuple[str, str]  # (table, tag): what ordered mode keeps in log order
 
@@ -100,6 +104,7 @@ class Claimer:
         self.lease_ms = int(lease_seconds * 1000)
         self.key_order = key_order
         self.conflicts = 0
+        self.lockouts = Lockouts()
         self._turns = 0  # claims so far: where the next one starts
         # Parallel claims: per subscription, the last event claimed by a walk
         # that took every available event before it; whether the last claim
@@ -178,19 +183,30 @@ class Claimer:
             )
         return claimed
 
-    def _claim(self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target]) -> list[Claimed]:
+    def _claim(
+        self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target], stream: Stream | None = None
+    ) -> list[Claimed]:
+        """Run ``claim`` in a NO WAIT transaction. An ordered claim tells
+        ``lockouts`` whether it met a lock on its ``stream``'s lease rows."""
+        tried = [] if stream is None else [stream]
         try:
             with self._noticing_a_rebuilt_index(), self.db.transaction(nowait_tpb()) as cursor:
-                return self._claimed(claim(cursor), targets)
+                claimed = self._claimed(claim(cursor), targets)
         except DatabaseError as exc:
-            # Firebird 5.0.3/5.0.4 SuperClassic can report a false update
-            # conflict (engine issue #9017). An ordered claim whose stream
-            # another consumer leased meanwhile (EVENT_STREAM_HELD) undid
-            # itself. Either way nothing was claimed: try again later.
-            if not is_conflict(exc) and STREAM_HELD not in str(exc):
+            # A lock another transaction holds; or, on Firebird 5.0.3/5.0.4
+            # SuperClassic, a false update conflict (engine issue #9017). An
+            # ordered claim whose stream another consumer leased meanwhile
+            # (EVENT_STREAM_HELD) undid itself. Either way nothing was
+            # claimed: try again later.
+            locked = is_conflict(exc)
+            if not locked and STREAM_HELD not in str(exc):
                 raise
             self.conflicts += 1
+            if locked:
+                self.lockouts.observe(tried, locked=tried)
             return []
+        self.lockouts.observe(tried, locked=())
+        return claimed
 
     def claim(self, targets: dict[int, Target], limit: int, resume: bool = False) -> list[Claimed]:
         """Up to ``limit`` available events of ``targets``, fewer once they
@@ -200,7 +216,7 @@ class Claimer:
         another's backlog); with ``key_order``, only events with no earlier
         live event of their row. Each comes with its span; settle with
         ``ack``. A subscription another claimer holds is passed over and
-        counted in ``conflicts``. Beyond MAX_CLAIM_TARGETS subscriptions,
+        counted in ``conflicts`` and ``lockouts``. Beyond MAX_CLAIM_TARGETS subscriptions,
         one claim statement (and transaction) follows another until
         ``limit`` events are claimed.
 
@@ -245,7 +261,9 @@ class Claimer:
             params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids), _id_list(afters))
             self._execute(cursor, self._sql["claim"], params)
             rows = fetch_all(cursor)
-            self.conflicts += sum(1 for row in rows if row[0] is None)
+            locked = {row[1] for row in rows if row[0] is None}
+            self.conflicts += len(locked)
+            self.lockouts.observe(sub_ids, locked)
             return [row for row in rows if row[0] is not None]
 
         return runs
@@ -272,7 +290,7 @@ class Claimer:
             self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, table, tag))
             return self._in_log_order(cursor, known)
 
-        return self._claim(head, known)
+        return self._claim(head, known, stream=(table, tag))
 
     def claim_next(self, stream: Sequence[Target], after: int, holding: int, limit: int) -> list[Claimed]:
         """The batch that follows one we hold of the stream (``after`` is its

@@ -32,6 +32,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Hashable
 from ctypes import c_double
 from multiprocessing.queues import Queue
 from typing import Any
@@ -298,6 +299,7 @@ class Worker:
                     if not claimed:
                         self.stop.wait(CONFLICT_PAUSE)
                 worked = worked or claimed
+                self._report_lockouts(claimer)
                 self._flush_reports()
             if not self.dispatcher.busy():
                 if more and not self.stop.is_set():
@@ -351,6 +353,44 @@ class Worker:
                 claimed = True
                 self.dispatcher.hand_stream(key, events, after=slot)
         return claimed, left
+
+    def _report_lockouts(self, claimer: Claimer) -> None:
+        """Say which subscriptions or streams claims have been locked out of
+        for long (lockouts.py), disconnecting dead workers' attachments
+        first, and which go through again."""
+        for key in claimer.lockouts.ended():
+            log.info("claims of %s go through again", self._describe(key))
+        overdue = claimer.lockouts.overdue()
+        if not overdue:
+            return
+        try:
+            reaped = reaper.reap(claimer.db)
+        except DatabaseError as exc:
+            log.warning("could not look for dead workers' attachments: %s", first_line(exc))
+            reaped = []
+        if reaped:
+            remedy = f"disconnected {len(reaped)} attachment(s) of dead workers"
+        else:
+            remedy = (
+                "no dead worker of this host holds an attachment: end the transaction that holds it "
+                "(MON$TRANSACTIONS lists the open ones)"
+            )
+        for key, seconds in overdue.items():
+            log.warning(
+                "claims of %s met another transaction's lock for %.0fs: its events wait until that transaction "
+                "ends; %s",
+                self._describe(key),
+                seconds,
+                remedy,
+            )
+
+    def _describe(self, key: Hashable) -> str:
+        """A subscription (its id) or an ordered stream (table and tag) for the log."""
+        if isinstance(key, int) and key in self.targets:
+            return str(self.targets[key])
+        if isinstance(key, tuple):
+            return "stream {} {}".format(*key)
+        return f"subscription {key}"
 
     # -- reports --------------------------------------------------------------------
 

@@ -1,0 +1,72 @@
+"""A transaction that holds a subscription's lease row and does not end (a
+session left open, or a dead process's attachment a server keeps): claims
+pass the subscription over, and the listener says so after LOCKED_OUT_AFTER,
+naming the subscription and what to do, then says when claims go through
+again."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from subscriptions.db.connection import Database
+from subscriptions.delivery.lockouts import LOCKED_OUT_AFTER, Lockouts
+
+from conftest import execute, query, wait_until
+from listening import Listener, handled, insert, remaining
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_lease_row_held_by_an_open_transaction_is_reported_then_served(items, tmp_path, listeners, mode) -> None:
+    (sub_id,) = query(items, "SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE ACTION = 'I'")[0]
+    execute(items, f"UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID) VALUES ({sub_id}) MATCHING (SUB_ID)")
+    insert(items, 1, 3)
+    holder = Database(items)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute("UPDATE EVENT_LEASE SET HOLDER = HOLDER WHERE SUB_ID = ?", (sub_id,))
+        listener = Listener(items, tmp_path, "--mode", mode, "--poll", "0.5")
+        listeners.append(listener)
+        locked_out = "stream ITEMS rec" if mode == "ordered" else f"subscription {sub_id} (ITEMS I rec)"
+        warning = f"claims of {locked_out} met another transaction's lock for"
+        wait_until(lambda: warning in listener.output(), LOCKED_OUT_AFTER + 30, "the lockout warning")
+        assert "end the transaction that holds it (MON$TRANSACTIONS lists the open ones)" in listener.output()
+        assert handled(listener.lines()) == []
+        assert remaining(items) == 3
+    finally:
+        holder.connection.rollback()
+        holder.close()
+    listener.wait_for(lambda lines: len(handled(lines)) == 3)
+    wait_until(lambda: "go through again" in listener.output(), 30, "the all-clear")
+    assert f"claims of {locked_out} go through again" in listener.output()
+    assert listener.output().count("met another transaction's lock") == 1
+    assert "Traceback" not in listener.output()
+
+
+def test_a_lockout_is_reported_when_due_then_as_it_doubles_and_once_ended(monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    lockouts = Lockouts(after=10.0)
+    lockouts.observe([1, 2], locked={1, 2})
+    now[0] = 105.0
+    lockouts.observe([1, 2], locked={1})  # 2 was free for a moment: its count starts again
+    assert lockouts.overdue() == {}
+    now[0] = 110.0
+    lockouts.observe([1, 2], locked={1, 2})
+    assert lockouts.overdue() == {1: 10.0}
+    assert lockouts.overdue() == {}
+    now[0] = 120.0
+    assert lockouts.overdue() == {1: 20.0, 2: 10.0}
+    now[0] = 125.0
+    lockouts.observe([2], locked=())  # 1 was not tried: still locked out
+    assert lockouts.ended() == [2]
+    assert lockouts.ended() == []
+    assert lockouts.overdue() == {}
+    now[0] = 140.0
+    assert lockouts.overdue() == {1: 40.0}
+    lockouts.observe([1], locked=())
+    assert lockouts.ended() == [1]
+    lockouts.observe([3], locked={3})
+    lockouts.observe([3], locked=())
+    assert lockouts.ended() == []  # never reported
