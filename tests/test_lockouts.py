@@ -44,6 +44,38 @@ def test_a_lease_row_held_by_an_open_transaction_is_reported_then_served(items, 
     assert "Traceback" not in listener.output()
 
 
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_settling_waits_for_an_event_another_transaction_holds_and_says_so(items, tmp_path, listeners, mode) -> None:
+    """An isql session that changed an event and did not commit: the
+    listener handles the events, waits to acknowledge them (a second at a
+    time, stamping its progress, so it is not taken for stuck and killed),
+    warns, and acknowledges them once that transaction ends: each handled
+    once."""
+    insert(items, 1, 3)
+    holder = Database(items)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute(
+            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
+        )
+        listener = Listener(items, tmp_path, "--mode", mode, "--poll", "0.5")
+        listeners.append(listener)
+        warning = "settlements of handled and failed events met another transaction's lock for"
+        wait_until(lambda: warning in listener.output(), LOCKED_OUT_AFTER + 30, "the lockout warning")
+        assert "this listener waits until that transaction ends" in listener.output()
+        assert remaining(items) == 3
+    finally:
+        holder.connection.rollback()
+        holder.close()
+    wait_until(lambda: remaining(items) == 0, 30, "the acknowledgements")
+    listener.wait_for(lambda lines: len(handled(lines)) == 3)
+    assert len(set(handled(listener.lines()))) == 3
+    assert [line["attempt"] for line in listener.lines()] == [1] * len(listener.lines())
+    wait_until(lambda: "go through again" in listener.output(), 30, "the all-clear")
+    assert "settlements of handled and failed events go through again" in listener.output()
+    assert "Traceback" not in listener.output() and "died" not in listener.output()
+
+
 def test_a_lockout_is_reported_when_due_then_as_it_doubles_and_once_ended(monkeypatch) -> None:
     now = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])

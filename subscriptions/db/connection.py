@@ -36,6 +36,7 @@ from .settings import ConnectionSettings
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 CONFLICT_ATTEMPTS = 10
+SETTLE_LOCK_WAIT = 1
 
 # The driver objects of lost attachments (Database._abandon). Never freed,
 # not even as the interpreter exits: their destructors would call into the
@@ -50,6 +51,14 @@ def nowait_tpb() -> bytes:
     rather than wait. Built on first use: building a TPB loads the client
     library, which must be the embedded runtime's (runtime.load())."""
     return cast(bytes, tpb(Isolation.READ_COMMITTED_RECORD_VERSION, lock_timeout=0))
+
+
+@functools.cache
+def settle_tpb() -> bytes:
+    """SNAPSHOT that waits at most SETTLE_LOCK_WAIT seconds for a row another
+    transaction holds: for settling events, tried again by the caller for as
+    long as that transaction lasts, but visibly (delivery/dispatch.py)."""
+    return cast(bytes, tpb(Isolation.SNAPSHOT, lock_timeout=SETTLE_LOCK_WAIT))
 
 
 @functools.cache

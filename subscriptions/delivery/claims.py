@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, fetch_all, nowait_tpb
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb, settle_tpb
 from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
@@ -150,6 +150,13 @@ class Claimer:
                 return work(cursor)
 
         return self.db.run(once, tpb=tpb)
+
+    def _settle(self, work: Callable[[Cursor], T]) -> T:
+        """``work``, a settlement, tried once: a conflict, or a row another
+        transaction held for SETTLE_LOCK_WAIT, is the caller's to try again
+        (Dispatcher._settle), so that a long wait shows."""
+        with self._noticing_a_rebuilt_index(), self.db.transaction(settle_tpb()) as cursor:
+            return work(cursor)
 
     def free_statements(self) -> None:
         """Free the statements prepared on our attachment; before it closes,
@@ -325,8 +332,8 @@ class Claimer:
         settled, together (a span given back first would let its handled
         events be claimed again); returns how many events were deleted.
 
-        Settling is retried on a conflict, like every write here: the
-        heartbeat may have renewed the same spans a moment earlier."""
+        A conflict is the caller's to retry (``_settle``): the heartbeat may
+        have renewed the same spans a moment earlier."""
         ids, released = _sorted_ids(event_ids), _sorted_ids(spans)
 
         def work(cursor: Cursor) -> int:
@@ -335,7 +342,7 @@ class Claimer:
                 cursor.execute(self._sql["release_spans"], (self.owner, chunk))
             return deleted
 
-        return self._run(work) if ids or released else 0
+        return self._settle(work) if ids or released else 0
 
     def settle_head(self, stream: Stream, done: Sequence[int], *, release: bool = True) -> int:
         """Delete the handled events of a claim_head batch and give the
@@ -350,7 +357,7 @@ class Claimer:
                 cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 
-        return self._run(work)
+        return self._settle(work)
 
     def ack_in(self, cursor: Cursor, event_id: int) -> None:
         """Acknowledge inside the caller's transaction (transactional handlers)."""
@@ -361,7 +368,7 @@ class Claimer:
         """Record a failed attempt (the claim did not count it), due again
         after ``retry_in_seconds`` or ``dead``."""
         params = (error[:MAX_ERROR_LENGTH], int(retry_in_seconds * 1000), int(dead), int(dead), event_id)
-        self._run(lambda cursor: self._execute(cursor, self._sql["fail"], params))
+        self._settle(lambda cursor: self._execute(cursor, self._sql["fail"], params))
 
     def count_attempts(self, event_ids: Sequence[int]) -> None:
         """Count an attempt of events that were handled (or failed) by a
@@ -369,7 +376,7 @@ class Claimer:
         once their claim is given back, as their next attempt."""
         ids = _sorted_ids(event_ids)
         statement = sql.with_parameters(self._sql["count_attempts"], len(ids))
-        self._run(lambda cursor: cursor.execute(statement, ids))
+        self._settle(lambda cursor: cursor.execute(statement, ids))
 
     def extend(self) -> int:
         """Renew every lease we hold, spans and streams (the heartbeat);

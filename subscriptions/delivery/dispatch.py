@@ -10,12 +10,20 @@ import heapq
 import logging
 import math
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db.errors import is_conflict
+from subscriptions.db.retry import Backoff
 
 from .batching import BatchSize
 from .claimed import Claimed
 from .claims import MAX_IDS, Claimer, Stream
 from .handler_process import Job, Report
 from .heartbeat import InFlight
+from .lockouts import SETTLING
 from .metrics import Metrics
 from .options import ORDERED, ListenOptions
 from .pool import HandlerPool, Slot
@@ -30,13 +38,24 @@ RETRY_MARGIN = 0.05
 WAIT_SLICE = 0.5
 # Handled events acknowledged together at most (one settling statement).
 ACK_EVERY = MAX_IDS
+T = TypeVar("T")
 
 
 class Dispatcher:
     """The claimer's side of the handler pool."""
 
-    def __init__(self, options: ListenOptions, owner: str, metrics: Metrics, batch: BatchSize) -> None:
+    def __init__(
+        self,
+        options: ListenOptions,
+        owner: str,
+        metrics: Metrics,
+        batch: BatchSize,
+        waiting: Callable[[Claimer], bool] = lambda claimer: True,
+    ) -> None:
+        """``waiting`` is called while a settlement waits for another
+        transaction's lock; it ends the wait by returning False."""
         self.options = options
+        self.waiting = waiting
         self.in_order = options.mode == ORDERED
         self.metrics = metrics
         self.batch = batch
@@ -168,8 +187,7 @@ class Dispatcher:
         ids, self._handled = self._handled, []
         spans, self._settled_spans = self._settled_spans, []
         try:
-            with self.in_flight.settling:
-                claimer.ack(ids, spans)
+            self._settle(claimer, lambda: claimer.ack(ids, spans))
         except BaseException:
             # Tried again with the next acknowledgement (a claimer that
             # reconnects keeps its dispatcher). Dropped, a span would stay:
@@ -177,6 +195,30 @@ class Dispatcher:
             self._handled[:0], self._settled_spans[:0] = ids, spans
             raise
         self.in_flight.discard(ids)
+
+    def _settle(self, claimer: Claimer, settle: Callable[[], T]) -> T:
+        """Run ``settle`` (a Claimer settlement) apart from the heartbeat,
+        again after each conflict. A row another transaction holds is waited
+        for as long as that transaction lasts (an isql session that changed
+        an event and did not commit), but a second at a time: between tries
+        the heartbeat renews our leases, ``lockouts`` records the wait and
+        ``waiting`` is told (the worker stamps its progress, warns, and ends
+        the wait when it stops: the conflict is raised then)."""
+        backoff = Backoff(0.04, 1.0)
+        while True:
+            try:
+                with self.in_flight.settling:
+                    result = settle()
+            except DatabaseError as exc:
+                if not is_conflict(exc):
+                    raise
+                claimer.lockouts.observe([SETTLING], [SETTLING])
+                if not self.waiting(claimer):
+                    raise
+                time.sleep(backoff.next_pause())
+                continue
+            claimer.lockouts.observe([SETTLING], ())
+            return result
 
     def _record(self, claimer: Claimer, slot: Slot, reports: list[Report]) -> bool:
         """Take in a slot's reports, in order; True if a job ended with them."""
@@ -239,8 +281,7 @@ class Dispatcher:
         try:
             lost, running = slot.cut_off()
             if lost:
-                with self.in_flight.settling:
-                    claimer.count_attempts([event.id for event in lost])
+                self._settle(claimer, lambda: claimer.count_attempts([event.id for event in lost]))
             slot.reported += len(lost) + len(running)
             for event in running:
                 self._failed(claimer, event, Report(event.id, error, seconds))
@@ -276,8 +317,7 @@ class Dispatcher:
             self.in_flight.discard(ids)
             return
         try:
-            with self.in_flight.settling:
-                claimer.settle_head(stream, handled, release=not followed)
+            self._settle(claimer, lambda: claimer.settle_head(stream, handled, release=not followed))
         finally:
             self.in_flight.discard(ids)
 
@@ -302,8 +342,7 @@ class Dispatcher:
         delay = 0.0 if dead else max(self.options.retry_delay(event.attempt), report.retry_after or 0.0)
         if not dead:
             heapq.heappush(self._retries_due, time.monotonic() + delay)
-        with self.in_flight.settling:
-            claimer.fail(event.id, error, max(delay - RETRY_MARGIN, 0.0), dead)
+        self._settle(claimer, lambda: claimer.fail(event.id, error, max(delay - RETRY_MARGIN, 0.0), dead))
         self._observe(event, "dead" if dead else "failed", seconds)
         if dead:
             log.error("event %s (%s) is dead after %s attempt(s): %s", event.id, event.tag, event.attempt, error)

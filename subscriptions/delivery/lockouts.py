@@ -6,17 +6,32 @@ its claim transaction lasts. Claims that meet that lock for LOCKED_OUT_AFTER
 seconds in a row meet a transaction that is not finishing: the attachment of
 a dead process that a Firebird server kept (tests/SOAK-NOTES.md, finding 6),
 or a session left open after writing to subs's tables. Nothing else shows
-it: their events just wait. So the worker warns (again after
-twice the time, and so on) and reaps (reaper.py), and says when claims go
-through again.
+it: their events just wait. Settling (acknowledgements, failures, lease
+releases) waits for such a lock as long as it lasts, and the whole listener
+with it (Dispatcher._settle). So the worker reports both (again after twice
+the time, and so on), reaps (reaper.py), and says when they go through
+again.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable, Mapping
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line
+
+from . import reaper
+
+log = logging.getLogger("subs.worker")
 
 LOCKED_OUT_AFTER = 10.0
+# The key of settlements; claims are keyed by subscription id (parallel) or
+# stream, (table, tag) (ordered).
+SETTLING = "settling"
 
 
 class Lockouts:
@@ -58,3 +73,46 @@ class Lockouts:
         """The reported lockouts that ended since the last call."""
         ended, self._ended = self._ended, []
         return ended
+
+
+def report(lockouts: Lockouts, db: Database, targets: Mapping[int, object]) -> None:
+    """Log what has been locked out for long, disconnecting this host's dead
+    workers' attachments first (on ``db``), and what goes through again.
+    ``targets``: the subscriptions served, by id (their ``str`` names them)."""
+    for key in lockouts.ended():
+        log.info("%s go through again", _describe(key, targets)[0])
+    overdue = lockouts.overdue()
+    if not overdue:
+        return
+    try:
+        reaped = reaper.reap(db)
+    except DatabaseError as exc:
+        log.warning("could not look for dead workers' attachments: %s", first_line(exc))
+        reaped = []
+    if reaped:
+        remedy = f"disconnected {len(reaped)} attachment(s) of dead workers"
+    else:
+        remedy = (
+            "no dead worker of this host holds an attachment: end the transaction that holds it "
+            "(MON$TRANSACTIONS lists the open ones)"
+        )
+    for key, seconds in overdue.items():
+        what, waits = _describe(key, targets)
+        log.warning(
+            "%s met another transaction's lock for %.0fs: %s until that transaction ends; %s",
+            what,
+            seconds,
+            waits,
+            remedy,
+        )
+
+
+def _describe(key: Hashable, targets: Mapping[int, object]) -> tuple[str, str]:
+    """What a key stands for, and what waits, for the log."""
+    if key == SETTLING:
+        return "settlements of handled and failed events", "this listener waits"
+    if isinstance(key, int) and key in targets:
+        return f"claims of {targets[key]}", "its events wait"
+    if isinstance(key, tuple):
+        return "claims of stream {} {}".format(*key), "its events wait"
+    return f"claims of subscription {key}", "its events wait"

@@ -32,7 +32,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Hashable
 from ctypes import c_double
 from multiprocessing.queues import Queue
 from typing import Any
@@ -46,7 +45,7 @@ from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 from subscriptions.plugins import collect_handlers, plugin_manager
 
-from . import lifeline, reaper
+from . import lifeline, lockouts, reaper
 from .batching import BatchSize
 from .claims import Claimer, Stream, Target, load_targets, streams
 from .dispatch import Dispatcher
@@ -117,7 +116,7 @@ class Worker:
         self.targets_read = False  # for the worker's current attachment
         self.metrics = Metrics()
         self.batch = BatchSize(options.batch)
-        self.dispatcher = Dispatcher(options, self.owner, self.metrics, self.batch)
+        self.dispatcher = Dispatcher(options, self.owner, self.metrics, self.batch, self._waiting_for_lock)
         self.heads = HeadsProbe()
         self.abandoned = False  # the connection died: never touch its handles again
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
@@ -299,7 +298,7 @@ class Worker:
                     if not claimed:
                         self.stop.wait(CONFLICT_PAUSE)
                 worked = worked or claimed
-                self._report_lockouts(claimer)
+                lockouts.report(claimer.lockouts, claimer.db, self.targets)
                 self._flush_reports()
             if not self.dispatcher.busy():
                 if more and not self.stop.is_set():
@@ -354,43 +353,12 @@ class Worker:
                 self.dispatcher.hand_stream(key, events, after=slot)
         return claimed, left
 
-    def _report_lockouts(self, claimer: Claimer) -> None:
-        """Say which subscriptions or streams claims have been locked out of
-        for long (lockouts.py), disconnecting dead workers' attachments
-        first, and which go through again."""
-        for key in claimer.lockouts.ended():
-            log.info("claims of %s go through again", self._describe(key))
-        overdue = claimer.lockouts.overdue()
-        if not overdue:
-            return
-        try:
-            reaped = reaper.reap(claimer.db)
-        except DatabaseError as exc:
-            log.warning("could not look for dead workers' attachments: %s", first_line(exc))
-            reaped = []
-        if reaped:
-            remedy = f"disconnected {len(reaped)} attachment(s) of dead workers"
-        else:
-            remedy = (
-                "no dead worker of this host holds an attachment: end the transaction that holds it "
-                "(MON$TRANSACTIONS lists the open ones)"
-            )
-        for key, seconds in overdue.items():
-            log.warning(
-                "claims of %s met another transaction's lock for %.0fs: its events wait until that transaction "
-                "ends; %s",
-                self._describe(key),
-                seconds,
-                remedy,
-            )
-
-    def _describe(self, key: Hashable) -> str:
-        """A subscription (its id) or an ordered stream (table and tag) for the log."""
-        if isinstance(key, int) and key in self.targets:
-            return str(self.targets[key])
-        if isinstance(key, tuple):
-            return "stream {} {}".format(*key)
-        return f"subscription {key}"
+    def _waiting_for_lock(self, claimer: Claimer) -> bool:
+        """A settlement waits for another transaction's lock (Dispatcher._settle):
+        go on waiting unless stopping."""
+        self._stamp()
+        lockouts.report(claimer.lockouts, claimer.db, self.targets)
+        return not self.stop.is_set()
 
     # -- reports --------------------------------------------------------------------
 
