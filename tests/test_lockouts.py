@@ -6,6 +6,7 @@ again."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -74,6 +75,28 @@ def test_settling_waits_for_an_event_another_transaction_holds_and_says_so(items
     wait_until(lambda: "go through again" in listener.output(), 30, "the all-clear")
     assert "settlements of handled and failed events go through again" in listener.output()
     assert "Traceback" not in listener.output() and "died" not in listener.output()
+
+
+def test_a_drain_gives_up_a_settlement_a_lock_holds_after_its_patience(items, tmp_path, listeners) -> None:
+    insert(items, 1, 3)
+    holder = Database(items)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute(
+            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
+        )
+        listener = Listener(items, tmp_path, "--drain", "--drain-patience", "5", "--poll", "0.5")
+        listeners.append(listener)
+        assert listener.finish(60) == 1
+        given_up = r"giving up the drain: settling events waited \d+s for another transaction's lock"
+        assert re.search(given_up, listener.output())
+        assert "Error: the drain was given up: " in listener.output()
+        assert handled(listener.lines())
+        assert remaining(items) == 3  # handled, not acknowledged: delivered again by the next run
+    finally:
+        holder.connection.rollback()
+        holder.close()
+    assert "Traceback" not in listener.output()
 
 
 def test_a_lockout_is_reported_when_due_then_as_it_doubles_and_once_ended(monkeypatch) -> None:

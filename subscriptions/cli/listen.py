@@ -160,7 +160,7 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     default=60.0,
     show_default=True,
     help="With --drain: seconds to go on while the database or the claimer keeps failing "
-    "and no event is settled; then give up and exit 1.",
+    "and no event is settled, or while another transaction's lock holds up settling; then give up and exit 1.",
 )
 @click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")

@@ -69,6 +69,11 @@ class Lockouts:
                 self._report_at[key] = 2 * locked_for
         return due
 
+    def locked_for(self, key: Hashable) -> float:
+        """Seconds ``key`` has been locked out (0 when it is not)."""
+        since = self._since.get(key)
+        return 0.0 if since is None else time.monotonic() - since
+
     def ended(self) -> list[Hashable]:
         """The reported lockouts that ended since the last call."""
         ended, self._ended = self._ended, []

@@ -18,8 +18,9 @@ A dead attachment shows up as an error in the next claim (at the latest after
 one poll interval); the claimer then exits with EXIT_RESTART without touching
 the dead handles and the supervisor starts a fresh one at once, which
 connects with backoff. With --drain it gives up (EXIT_GAVE_UP) once the
-database has kept failing for --drain-patience: a drain is a job that must
-end, not a service that waits for the database to come back. The loop stamps
+database has kept failing, or another transaction's lock has held up its
+settling, for --drain-patience: a drain is a job that must end, not a
+service that waits for the database to come back. The loop stamps
 ``progress`` (shared with the supervisor) as it goes; a claimer stuck
 anywhere, say in a driver call on a dead connection, stops stamping and the
 supervisor replaces it.
@@ -59,7 +60,7 @@ log = logging.getLogger("subs.worker")
 
 EXIT_OK = 0
 EXIT_RESTART = 3  # the connection died: start a fresh claimer at once
-EXIT_GAVE_UP = 4  # --drain: the database kept failing for --drain-patience
+EXIT_GAVE_UP = 4  # --drain: the database kept failing, or a lock held settling, for --drain-patience
 RECONNECT_MAX = 30.0
 _TEARDOWN_TIMEOUT = 5.0
 CONFLICT_PAUSE = 0.05
@@ -119,6 +120,7 @@ class Worker:
         self.dispatcher = Dispatcher(options, self.owner, self.metrics, self.batch, self._waiting_for_lock)
         self.heads = HeadsProbe()
         self.abandoned = False  # the connection died: never touch its handles again
+        self.gave_up = False  # --drain: settling waited too long for a lock
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
 
     # -- connection and wake-up -------------------------------------------------
@@ -233,6 +235,8 @@ class Worker:
                         if self.targets == served:
                             self._wait()
                 except (DatabaseError, SubsError) as exc:
+                    if self.gave_up:
+                        return EXIT_GAVE_UP
                     lost = isinstance(exc, DatabaseError) and is_connection_lost(exc)
                     if self.claimer is not None and (lost or self.dispatcher.busy()):
                         # The client library is not to be trusted with the handles of a
@@ -355,10 +359,14 @@ class Worker:
 
     def _waiting_for_lock(self, claimer: Claimer) -> bool:
         """A settlement waits for another transaction's lock (Dispatcher._settle):
-        go on waiting unless stopping."""
+        go on waiting unless stopping, or a drain has waited --drain-patience."""
         self._stamp()
         lockouts.report(claimer.lockouts, claimer.db, self.targets)
-        return not self.stop.is_set()
+        waited = claimer.lockouts.locked_for(lockouts.SETTLING)
+        if self.options.drain and waited >= self.options.drain_patience:
+            log.error("giving up the drain: settling events waited %.0fs for another transaction's lock", waited)
+            self.gave_up = True
+        return not (self.stop.is_set() or self.gave_up)
 
     # -- reports --------------------------------------------------------------------
 
