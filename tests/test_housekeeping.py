@@ -16,6 +16,7 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb
+from subscriptions.db.errors import is_conflict
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import housekeeping, reaper, startup, stats
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
@@ -287,6 +288,16 @@ def in_a_child(scenario: Callable[[ConnectionSettings], None], settings: Connect
     assert child.exitcode == 0, f"the scenario failed (exit code {child.exitcode}); its traceback is in its stderr"
 
 
+def settled(settle: Callable[[], int]) -> int:
+    """``settle`` tried again on each conflict, as Dispatcher._settle does."""
+    while True:
+        try:
+            return settle()
+        except DatabaseError as exc:
+            if not is_conflict(exc):
+                raise
+
+
 def claims_while_rebuilding(settings: ConnectionSettings) -> None:
     insert(settings, 1, 2_000)
     handled = 0
@@ -298,7 +309,7 @@ def claims_while_rebuilding(settings: ConnectionSettings) -> None:
             while time.monotonic() < deadline:
                 claimer.ready()
                 events = claimer.claim(targets, 20)
-                handled += claimer.ack([e.id for e in events[:10]], {e.span for e in events})
+                handled += settled(lambda: claimer.ack([e.id for e in events[:10]], {e.span for e in events}))
         insert(settings, 10_001, 10)
         conflicts = claimer.conflicts
         claimer.ready()

@@ -21,8 +21,10 @@ NO_DUP = 335544349
 OBJECT_IN_USE = 335544453
 COLUMN_UNKNOWN = 335544578  # isc_dsql_field_err
 NO_PRIVILEGE = 335544352  # isc_no_priv: "no permission for ... access to ..."
+# LOCK_TIMEOUT is a WAIT transaction's LOCK_CONFLICT: a relation another
+# transaction reserved (an index rebuild holds EVENT_LOG) past its wait.
 CONFLICT_CODES = frozenset(
-    {LOCK_CONFLICT, DEADLOCK, UPDATE_CONFLICT, CONCURRENT_TRANSACTION, UNIQUE_KEY_VIOLATION, NO_DUP}
+    {LOCK_CONFLICT, LOCK_TIMEOUT, DEADLOCK, UPDATE_CONFLICT, CONCURRENT_TRANSACTION, UNIQUE_KEY_VIOLATION, NO_DUP}
 )
 # The attachment is gone (killed, server down, network): nothing left to roll back.
 CONNECTION_LOST_CODES = frozenset(

@@ -23,7 +23,7 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, protected_write_tpb, read_only_tpb
-from subscriptions.db.errors import CONFLICT_CODES, LOCK_TIMEOUT, OBJECT_IN_USE, QUEUE_INDEX, codes, index_was_rebuilt
+from subscriptions.db.errors import CONFLICT_CODES, OBJECT_IN_USE, QUEUE_INDEX, codes, index_was_rebuilt
 
 log = logging.getLogger("subs.housekeeping")
 
@@ -63,7 +63,7 @@ def rebuild_queue_index(db: Database, max_live: int = MAX_LIVE_EVENTS) -> bool:
             cursor.execute(statements["deactivate_queue_index"])
             cursor.execute(statements["activate_queue_index"])
     except DatabaseError as exc:
-        if not ({OBJECT_IN_USE, LOCK_TIMEOUT} | CONFLICT_CODES) & codes(exc):
+        if not ({OBJECT_IN_USE} | CONFLICT_CODES) & codes(exc):
             raise
         if lost:
             log.warning(
