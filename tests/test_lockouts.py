@@ -11,10 +11,11 @@ import time
 
 import pytest
 
+from subscriptions.cli import LOCK_WAIT
 from subscriptions.db.connection import Database
 from subscriptions.delivery.lockouts import LOCKED_OUT_AFTER, Lockouts
 
-from conftest import execute, query, wait_until
+from conftest import Subs, assert_one_line_error, execute, query, wait_until
 from listening import Listener, handled, insert, remaining
 
 
@@ -97,6 +98,28 @@ def test_a_drain_gives_up_a_settlement_a_lock_holds_after_its_patience(items, tm
         holder.connection.rollback()
         holder.close()
     assert "Traceback" not in listener.output()
+
+
+def test_a_command_gives_up_rows_another_transaction_keeps_with_one_line_and_no_change(items) -> None:
+    """`subs retry --all` hung for as long as an isql session held one dead
+    event; now it waits LOCK_WAIT, then says what holds it up."""
+    insert(items, 1, 2)
+    execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP, LAST_ERROR = 'broke'")
+    holder = Database(items)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute(
+            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
+        )
+        started = time.monotonic()
+        result = Subs(items)("retry", "--all")
+        assert time.monotonic() - started >= LOCK_WAIT
+        assert_one_line_error(result, f"another transaction has held rows this needs for over {LOCK_WAIT} s")
+    finally:
+        holder.connection.rollback()
+        holder.close()
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(2,)]
+    assert "re-queued 2 dead event(s)" in Subs(items).ok("retry", "--all")
 
 
 def test_a_lockout_is_reported_when_due_then_as_it_doubles_and_once_ended(monkeypatch) -> None:

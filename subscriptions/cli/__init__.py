@@ -29,6 +29,11 @@ from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stor
 from subscriptions.errors import SubsError
 from subscriptions.schema.version import require_current
 
+# Seconds a command waits for rows another transaction holds: subs's own
+# transactions hold them for milliseconds, so a longer wait is for a
+# transaction that is not ending, and the command says so rather than hang.
+LOCK_WAIT = 10
+
 
 class SubsGroup(click.Group):
     def main(
@@ -85,7 +90,7 @@ def app(ctx: click.Context) -> App:
 
 def open_database(ctx: click.Context, *, create: bool = False, current: bool = True) -> Database:
     """Attach to the database named by the global options; closed when the command ends."""
-    db = Database(app(ctx).settings, create=create)
+    db = Database(app(ctx).settings, create=create, lock_wait=LOCK_WAIT)
     ctx.call_on_close(db.close)
     if current:
         require_current(db)

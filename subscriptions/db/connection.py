@@ -29,14 +29,13 @@ from firebird.driver.core import BlobReader
 from subscriptions.errors import SubsError
 
 from . import runtime, sql
-from .errors import connect_error, is_conflict, is_connection_lost, role_error
+from .errors import LockWaitOver, connect_error, is_conflict, is_connection_lost, role_error
 from .retry import Backoff, retrying
 from .settings import ConnectionSettings
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 CONFLICT_ATTEMPTS = 10
-SETTLE_LOCK_WAIT = 1
 
 # The driver objects of lost attachments (Database._abandon). Never freed,
 # not even as the interpreter exits: their destructors would call into the
@@ -54,11 +53,11 @@ def nowait_tpb() -> bytes:
 
 
 @functools.cache
-def settle_tpb() -> bytes:
-    """SNAPSHOT that waits at most SETTLE_LOCK_WAIT seconds for a row another
-    transaction holds: for settling events, tried again by the caller for as
-    long as that transaction lasts, but visibly (delivery/dispatch.py)."""
-    return cast(bytes, tpb(Isolation.SNAPSHOT, lock_timeout=SETTLE_LOCK_WAIT))
+def waiting_tpb(lock_wait: int) -> bytes:
+    """SNAPSHOT that waits at most ``lock_wait`` seconds for a row another
+    transaction holds: the caller says what a longer wait means (settling
+    tries again visibly, delivery/dispatch.py; a command gives up)."""
+    return cast(bytes, tpb(Isolation.SNAPSHOT, lock_timeout=lock_wait))
 
 
 @functools.cache
@@ -112,13 +111,18 @@ class Database:
     """One attachment, used in short transactions only (nothing is left open
     between calls, so garbage collection is never held back by us)."""
 
-    def __init__(self, settings: ConnectionSettings, *, create: bool = False) -> None:
+    def __init__(self, settings: ConnectionSettings, *, create: bool = False, lock_wait: int | None = None) -> None:
+        """``lock_wait``: how long a transaction begun without a TPB waits for
+        a row another transaction holds; None: as long as that transaction
+        lasts. A lock held longer fails the transaction (LockWaitOver in
+        ``run``)."""
         if create and settings.role is not None:
             raise SubsError(
                 f"cannot create {settings.dsn} with role {settings.role!r}: a new database has no roles; "
                 "create it without --role/SUBS_ROLE"
             )
         self.settings = settings
+        self.lock_wait = lock_wait
         self.lost: DatabaseError | None = None  # what lost the attachment (see _abandon)
         self.connection = open_connection(settings, create=create)
         with self.transaction() as cursor:
@@ -151,13 +155,19 @@ class Database:
     @contextlib.contextmanager
     def transaction(self, tpb: bytes | None = None) -> Iterator[Cursor]:
         """A transaction (SNAPSHOT unless ``tpb`` says otherwise) committed on
-        success and rolled back on any error."""
+        success and rolled back on any error. Without ``tpb``, one that
+        failed on a conflict after ``lock_wait`` raises LockWaitOver: the
+        engine reports a lock wait that ran out as a conflict too."""
         if self.lost is not None:
             raise self.lost
         connection = self.connection
         if connection.main_transaction.is_active():
             # The driver's begin() would silently commit the open transaction.
             raise RuntimeError("nested Database.transaction()")
+        lock_wait = self.lock_wait if tpb is None else None
+        if lock_wait is not None:
+            tpb = waiting_tpb(lock_wait)
+        began = time.monotonic()
         try:
             connection.begin(tpb)
         except DatabaseError as exc:
@@ -173,6 +183,9 @@ class Database:
             connection.commit()
         except BaseException as exc:
             self._end_failed(cursor, exc)
+            waited = time.monotonic() - began
+            if lock_wait is not None and isinstance(exc, DatabaseError) and is_conflict(exc) and waited >= lock_wait:
+                raise LockWaitOver(lock_wait) from None
             raise
 
     def _end_failed(self, cursor: Cursor, error: BaseException) -> None:
@@ -213,7 +226,7 @@ class Database:
     ) -> T:
         """Run ``work`` in a transaction (``tpb``, SNAPSHOT by default),
         retrying from scratch when a concurrent transaction changed the same
-        rows or metadata first."""
+        rows or metadata first (not after ``lock_wait``: LockWaitOver)."""
 
         def once() -> T:
             with self.transaction(tpb) as cursor:

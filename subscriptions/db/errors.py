@@ -53,6 +53,18 @@ _OPEN_FAILED = 335544734
 _OTHER_VERSION = re.compile(r"inconsistent (lock table|shared memory) type/version")
 
 
+class LockWaitOver(SubsError):
+    """Rows a command needs were held by another transaction for the whole
+    of its lock wait: one that is not ending."""
+
+    def __init__(self, seconds: int) -> None:
+        super().__init__(
+            f"another transaction has held rows this needs for over {seconds} s and is not ending "
+            "(an isql session that did not commit?): end it (MON$TRANSACTIONS lists the open ones) "
+            "and run this again"
+        )
+
+
 class MissingDatabase(SubsError):
     """The DSN names a database file that does not exist (``subs init --create`` makes it)."""
 

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, fetch_all, nowait_tpb, settle_tpb
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb, waiting_tpb
 from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
@@ -58,6 +58,9 @@ WALK_ALL_EVERY = 1.0
 
 
 STREAM_HELD = "EVENT_STREAM_HELD"
+# Seconds a settlement waits for a row another transaction holds before
+# its caller hears of it (and tries again).
+SETTLE_LOCK_WAIT = 1
 T = TypeVar("T")
 
 
@@ -155,7 +158,7 @@ class Claimer:
         """``work``, a settlement, tried once: a conflict, or a row another
         transaction held for SETTLE_LOCK_WAIT, is the caller's to try again
         (Dispatcher._settle), so that a long wait shows."""
-        with self._noticing_a_rebuilt_index(), self.db.transaction(settle_tpb()) as cursor:
+        with self._noticing_a_rebuilt_index(), self.db.transaction(waiting_tpb(SETTLE_LOCK_WAIT)) as cursor:
             return work(cursor)
 
     def free_statements(self) -> None:
