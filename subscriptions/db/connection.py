@@ -114,8 +114,7 @@ class Database:
     def __init__(self, settings: ConnectionSettings, *, create: bool = False, lock_wait: int | None = None) -> None:
         """``lock_wait``: how long a transaction begun without a TPB waits for
         a row another transaction holds; None: as long as that transaction
-        lasts. A lock held longer fails the transaction (LockWaitOver in
-        ``run``)."""
+        lasts. A lock held longer fails the transaction (LockWaitOver)."""
         if create and settings.role is not None:
             raise SubsError(
                 f"cannot create {settings.dsn} with role {settings.role!r}: a new database has no roles; "

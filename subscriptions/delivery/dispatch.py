@@ -50,7 +50,7 @@ class Dispatcher:
         owner: str,
         metrics: Metrics,
         batch: BatchSize,
-        waiting: Callable[[Claimer], bool] = lambda claimer: True,
+        waiting: Callable[[Claimer], bool],
     ) -> None:
         """``waiting`` is called while a settlement waits for another
         transaction's lock; it ends the wait by returning False."""
