@@ -1,13 +1,16 @@
-"""A transaction that holds a subscription's lease row and does not end (a
-session left open, or a dead process's attachment a server keeps): claims
-pass the subscription over, and the listener says so after LOCKED_OUT_AFTER,
-naming the subscription and what to do, then says when claims go through
-again."""
+"""A transaction that holds subs's rows and does not end (an isql session
+that did not commit, or a dead process's attachment a server keeps). Claims
+pass the subscription over, settling waits for it, and the listener says so
+after LOCKED_OUT_AFTER, naming what waits and what to do, then says when
+they go through again; a drain gives up after its patience; a command gives
+up after LOCK_WAIT with one line."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,16 +21,29 @@ from subscriptions.delivery.lockouts import LOCKED_OUT_AFTER, Lockouts
 from conftest import Subs, assert_one_line_error, execute, query, wait_until
 from listening import Listener, handled, insert, remaining
 
+FIRST_EVENT = "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
+
+
+@contextlib.contextmanager
+def uncommitted(settings, statement: str, *params: object) -> Iterator[None]:
+    """A session's transaction that changed rows and does not end while the
+    block runs, rolled back after."""
+    holder = Database(settings)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute(statement, params)
+        yield
+    finally:
+        holder.connection.rollback()
+        holder.close()
+
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
 def test_a_lease_row_held_by_an_open_transaction_is_reported_then_served(items, tmp_path, listeners, mode) -> None:
     (sub_id,) = query(items, "SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE ACTION = 'I'")[0]
     execute(items, f"UPDATE OR INSERT INTO EVENT_LEASE (SUB_ID) VALUES ({sub_id}) MATCHING (SUB_ID)")
     insert(items, 1, 3)
-    holder = Database(items)
-    try:
-        holder.connection.begin()
-        holder.connection.cursor().execute("UPDATE EVENT_LEASE SET HOLDER = HOLDER WHERE SUB_ID = ?", (sub_id,))
+    with uncommitted(items, "UPDATE EVENT_LEASE SET HOLDER = HOLDER WHERE SUB_ID = ?", sub_id):
         listener = Listener(items, tmp_path, "--mode", mode, "--poll", "0.5")
         listeners.append(listener)
         locked_out = "stream ITEMS rec" if mode == "ordered" else f"subscription {sub_id} (ITEMS I rec)"
@@ -36,9 +52,6 @@ def test_a_lease_row_held_by_an_open_transaction_is_reported_then_served(items, 
         assert "end the transaction that holds it (MON$TRANSACTIONS lists the open ones)" in listener.output()
         assert handled(listener.lines()) == []
         assert remaining(items) == 3
-    finally:
-        holder.connection.rollback()
-        holder.close()
     listener.wait_for(lambda lines: len(handled(lines)) == 3)
     wait_until(lambda: "go through again" in listener.output(), 30, "the all-clear")
     assert f"claims of {locked_out} go through again" in listener.output()
@@ -54,21 +67,13 @@ def test_settling_waits_for_an_event_another_transaction_holds_and_says_so(items
     warns, and acknowledges them once that transaction ends: each handled
     once."""
     insert(items, 1, 3)
-    holder = Database(items)
-    try:
-        holder.connection.begin()
-        holder.connection.cursor().execute(
-            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
-        )
+    with uncommitted(items, FIRST_EVENT):
         listener = Listener(items, tmp_path, "--mode", mode, "--poll", "0.5")
         listeners.append(listener)
         warning = "settlements of handled and failed events met another transaction's lock for"
         wait_until(lambda: warning in listener.output(), LOCKED_OUT_AFTER + 30, "the lockout warning")
         assert "this listener waits until that transaction ends" in listener.output()
         assert remaining(items) == 3
-    finally:
-        holder.connection.rollback()
-        holder.close()
     wait_until(lambda: remaining(items) == 0, 30, "the acknowledgements")
     listener.wait_for(lambda lines: len(handled(lines)) == 3)
     assert len(set(handled(listener.lines()))) == 3
@@ -80,12 +85,7 @@ def test_settling_waits_for_an_event_another_transaction_holds_and_says_so(items
 
 def test_a_drain_gives_up_a_settlement_a_lock_holds_after_its_patience(items, tmp_path, listeners) -> None:
     insert(items, 1, 3)
-    holder = Database(items)
-    try:
-        holder.connection.begin()
-        holder.connection.cursor().execute(
-            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
-        )
+    with uncommitted(items, FIRST_EVENT):
         listener = Listener(items, tmp_path, "--drain", "--drain-patience", "5", "--poll", "0.5")
         listeners.append(listener)
         assert listener.finish(60) == 1
@@ -94,9 +94,6 @@ def test_a_drain_gives_up_a_settlement_a_lock_holds_after_its_patience(items, tm
         assert "Error: the drain was given up: " in listener.output()
         assert handled(listener.lines())
         assert remaining(items) == 3  # handled, not acknowledged: delivered again by the next run
-    finally:
-        holder.connection.rollback()
-        holder.close()
     assert "Traceback" not in listener.output()
 
 
@@ -105,19 +102,11 @@ def test_a_command_gives_up_rows_another_transaction_keeps_with_one_line_and_no_
     event; now it waits LOCK_WAIT, then says what holds it up."""
     insert(items, 1, 2)
     execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP, LAST_ERROR = 'broke'")
-    holder = Database(items)
-    try:
-        holder.connection.begin()
-        holder.connection.cursor().execute(
-            "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
-        )
+    with uncommitted(items, FIRST_EVENT):
         started = time.monotonic()
         result = Subs(items)("retry", "--all")
         assert time.monotonic() - started >= LOCK_WAIT
         assert_one_line_error(result, f"another transaction has held rows this needs for over {LOCK_WAIT} s")
-    finally:
-        holder.connection.rollback()
-        holder.close()
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(2,)]
     assert "re-queued 2 dead event(s)" in Subs(items).ok("retry", "--all")
 
