@@ -105,7 +105,7 @@ def test_a_command_gives_up_rows_another_transaction_keeps_with_one_line_and_no_
     with uncommitted(items, FIRST_EVENT):
         started = time.monotonic()
         result = Subs(items)("retry", "--all")
-        assert time.monotonic() - started >= LOCK_WAIT
+        assert time.monotonic() - started >= LOCK_WAIT - 1  # Firebird 3 ends it on a whole second
         assert_one_line_error(result, f"another transaction has held rows this needs for over {LOCK_WAIT} s")
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(2,)]
     assert "re-queued 2 dead event(s)" in Subs(items).ok("retry", "--all")
