@@ -20,6 +20,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 
 from conftest import EngineWedged, credentials, query
+from processes import group, kill_group
 from soak_chaos import py_spy_dump
 
 RECORDER = '''
@@ -144,25 +145,12 @@ class Listener:
     def stacks(self) -> str:
         """py-spy dumps of the listener's processes (its process group), for
         the engine's waits of SOAK-NOTES finding 8."""
-        dumps = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                member = os.getpgid(int(entry.name)) == self.process.pid
-            except ProcessLookupError:
-                continue
-            if member:
-                dumps.append(py_spy_dump(int(entry.name), self.record.with_name(f"stack-{entry.name}.txt")))
-        return "\n".join(dumps)
+        return "\n".join(py_spy_dump(pid, self.record.with_name(f"stack-{pid}.txt")) for pid in group(self.process.pid))
 
     def stop(self) -> None:
-        """Kill the listener and its workers (a process group of their own)."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(10)
+        """Kill the listener and its workers (a process group of their own),
+        and reap them all."""
+        kill_group(self.process, 10)
 
 
 def insert(settings, first: int, count: int, note: str = "") -> None:

@@ -38,7 +38,8 @@ from subscriptions.db.settings import ConnectionSettings  # noqa: E402
 from subscriptions.errors import SubsError  # noqa: E402
 
 import fb3server  # noqa: E402
-from soak_chaos import Kill, Listener, SharedServer, alive, py_spy_dump  # noqa: E402
+from processes import alive  # noqa: E402
+from soak_chaos import Kill, Listener, SharedServer, py_spy_dump  # noqa: E402
 from soak_checks import SUBSCRIPTIONS, Change, Fault, Report, run_checks  # noqa: E402
 
 PRODUCERS = 4

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fb3server
+from processes import all_pids, cmdline, kill_group, stat
 
 HERE = Path(__file__).resolve().parent
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -32,35 +33,6 @@ WORKER_EXIT = re.compile(
     r"worker pid (\d+) (?:exited with code (-?\d+)|died of \w+ \(signal (\d+)\))",
     re.MULTILINE,
 )
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, pgrp) of a process, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), int(fields[2])
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _all_pids() -> list[int]:
-    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
-
-
-def alive(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @dataclass
@@ -108,17 +80,12 @@ class Listener:
         die with it: a claimer takes its handler processes along."""
         if not self.running():
             return {}
-        parents = {pid: (_stat(pid) or (0, 0))[0] for pid in _all_pids() if "spawn_main" in _cmdline(pid)}
+        parents = {pid: (stat(pid) or (0, 0))[0] for pid in all_pids() if "spawn_main" in cmdline(pid)}
         claimers = [pid for pid, parent in parents.items() if parent == self.process.pid]
         workers: dict[int, list[int]] = {pid: [] for pid, parent in parents.items() if parent in claimers}
         for claimer in claimers:
             workers[claimer] = [pid for pid, parent in parents.items() if parent == claimer]
         return workers
-
-    def group(self) -> list[int]:
-        if self.process is None:
-            return []
-        return [pid for pid in _all_pids() if (_stat(pid) or (0, 0))[1] == self.process.pid]
 
     def kill_worker(self, rng: random.Random, handler_processes: int) -> list[Kill] | None:
         """SIGKILL the process of one slot of the pool, drawn at random: the
@@ -145,13 +112,11 @@ class Listener:
         return [Kill(at, dying, "worker") for dying in (pid, *workers[pid])]
 
     def kill_all(self) -> list[Kill]:
-        """SIGKILL the whole process group; the caller restarts it."""
+        """SIGKILL the whole process group and reap it; the caller restarts it."""
         if not self.running():
             return []
-        pids = self.group()
         at = time.time()
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(30)
+        pids = kill_group(self.process)
         self.exits.append(self.process.returncode)
         self.process = None
         return [Kill(at, pid, "listener") for pid in pids]
@@ -164,8 +129,7 @@ class Listener:
         try:
             return self.process.wait(grace)
         except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
+            kill_group(self.process)
             return None
 
     def worker_exits(self) -> list[tuple[float, int, int]]:
@@ -205,7 +169,7 @@ def py_spy_dump(pid: int, out: Path) -> str:
             text = result.stdout + result.stderr
         except subprocess.TimeoutExpired:
             text = "py-spy dump timed out\n"
-    out.write_text(f"pid {pid} at {time.time():.3f}: {_cmdline(pid)}\n{text}")
+    out.write_text(f"pid {pid} at {time.time():.3f}: {cmdline(pid)}\n{text}")
     return text
 
 

@@ -32,6 +32,7 @@ from listening import (
     supervise,
     worker_attached,
 )
+from processes import reap, subreaper
 
 
 @pytest.mark.parametrize("batch", ["7", "auto"])
@@ -670,10 +671,12 @@ def test_workers_die_with_a_killed_listener(items, tmp_path, listeners):
     (claimer,) = spawned_children(listener.process.pid)
     handlers = spawned_children(claimer)
     assert len(handlers) == 2 and handlers == spawned_children(claimer)
-    os.kill(listener.process.pid, signal.SIGKILL)
-    listener.process.wait(10)
-    processes = [claimer, *handlers]
-    wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in processes), 5, "its processes to exit")
+    with subreaper():  # they die as orphans: reap them here, not whenever init does
+        os.kill(listener.process.pid, signal.SIGKILL)
+        listener.process.wait(10)
+        deadline = time.monotonic() + 5
+        for pid in (claimer, *handlers):
+            reap(pid, listener.process.pid, deadline)
 
 
 def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_stop_ends(items, tmp_path, listeners):

@@ -1,0 +1,103 @@
+"""Processes of the tests as /proc shows them, and killing a listener's
+process group so that none of it is left, not even as a zombie.
+
+A SIGKILLed process stays a zombie until its parent reaps it, and the embedded
+engine takes a zombie for a live process (it asks ``kill(pid, 0)``): the
+zombie's locks stay held, and every other process of its database waits in
+the engine until some time after the reap (docs/FIREBIRD-BUGS.md, 10). A
+listener's claimer and handler processes die with it as orphans, which init
+reaps when it gets round to it: on some machines seconds later. So the test
+process reaps them itself: it is their child subreaper for the kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, pgrp) of a process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[2])
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def all_pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid``, zombies included."""
+    return [pid for pid in all_pids() if (stat(pid) or (0, 0))[1] == pgid]
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """Make this process the reaper of the orphans its descendants leave
+    meanwhile (Linux's child subreaper), instead of init."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def reap(pid: int, pgid: int, deadline: float) -> None:
+    """Wait until ``pid``, a member of process group ``pgid`` killed inside
+    ``subreaper()``, is reaped: by us, once its dead parent has left it to us,
+    or by its parent (a supervisor reaping its claimer)."""
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except ChildProcessError:
+            found = stat(pid)
+            if found is None or found[1] != pgid:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"process {pid} of the killed group {pgid} was still not reaped") from None
+            time.sleep(0.01)
+
+
+def kill_group(process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 30.0) -> list[int]:
+    """SIGKILL ``process``, started in a session of its own, and every process
+    of its group; return their pids once each of them is reaped."""
+    with subreaper():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        members = group(process.pid)  # a dead one keeps its group until reaped
+        process.wait(timeout)
+        deadline = time.monotonic() + timeout
+        for pid in members:
+            if pid != process.pid:
+                reap(pid, process.pid, deadline)
+    return members
