@@ -4,6 +4,7 @@ Firebird 3 server started on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -301,6 +302,20 @@ def scrape_metrics(port: int) -> str:
             return str(response.read().decode())
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def uncommitted(settings: ConnectionSettings, statement: str, *params: object) -> Iterator[None]:
+    """A session's transaction that changed rows and does not end while the
+    block runs, rolled back after."""
+    holder = Database(settings)
+    try:
+        holder.connection.begin()
+        holder.connection.cursor().execute(statement, params)
+        yield
+    finally:
+        holder.connection.rollback()
+        holder.close()
 
 
 def execute(settings: ConnectionSettings, *statements: str, params: tuple = ()) -> None:

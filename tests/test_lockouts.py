@@ -7,35 +7,18 @@ up after LOCK_WAIT with one line."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from subscriptions.cli import LOCK_WAIT
-from subscriptions.db.connection import Database
 from subscriptions.delivery.lockouts import LOCKED_OUT_AFTER, Lockouts
 
-from conftest import Subs, assert_one_line_error, execute, query, wait_until
+from conftest import Subs, assert_one_line_error, execute, query, uncommitted, wait_until
 from listening import Listener, handled, insert, remaining
 
 FIRST_EVENT = "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)"
-
-
-@contextlib.contextmanager
-def uncommitted(settings, statement: str, *params: object) -> Iterator[None]:
-    """A session's transaction that changed rows and does not end while the
-    block runs, rolled back after."""
-    holder = Database(settings)
-    try:
-        holder.connection.begin()
-        holder.connection.cursor().execute(statement, params)
-        yield
-    finally:
-        holder.connection.rollback()
-        holder.close()
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])

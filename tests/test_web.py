@@ -19,7 +19,7 @@ from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.delivery import stats
 from subscriptions.ops import console
 
-from conftest import Subs, assert_one_line_error, execute, query, state
+from conftest import Subs, assert_one_line_error, execute, query, state, uncommitted
 from listening import Listener, insert
 from webconsole import Console
 
@@ -383,6 +383,25 @@ def test_actions_retry_discard_retry_dead_pause_and_resume(items, tmp_path: Path
     assert json.loads(Subs(items).ok("list", "--json"))[1]["paused"] is True
     assert web.post_json("/api/subscriptions/2/pause")[1]["message"].endswith("was already paused")
     assert web.post_json("/api/subscriptions/2/resume")[1]["message"] == "subscription 2 (ITEMS U rec) is resumed"
+
+
+def test_an_action_on_rows_another_transaction_holds_gives_way_until_it_ends(
+    items, tmp_path: Path, web: Console
+) -> None:
+    """An isql session that touched the event and did not commit: the
+    console says so at once instead of waiting, and changes nothing."""
+    _, failed = dead_and_failed(items, tmp_path)
+    before = web.get_json(f"/api/events/{failed}")
+    with uncommitted(items, "UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS WHERE EVENT_ID = ?", failed):
+        status, body = web.post_json(f"/api/events/{failed}/retry")
+        assert status == 409
+        assert body["error"] == (
+            "another transaction holds these rows right now (a listener at work on them, "
+            "or a session that has not committed); try again in a moment"
+        )
+    assert web.get_json(f"/api/events/{failed}") == before
+    status, body = web.post_json(f"/api/events/{failed}/retry")
+    assert (status, body["message"]) == (200, f"event {failed} is due for its next attempt now")
 
 
 def test_a_removed_subscription_cannot_be_paused(items, web: Console) -> None:

@@ -1,7 +1,7 @@
 """What the console's buttons do (`subs web`): retry, discard, retry a
 subscription's dead events, pause and resume. Each action is one NO WAIT
-transaction, which gives way to a worker that holds the event, and returns
-what it did in a sentence."""
+transaction, which gives way to whatever holds the rows, and returns what
+it did in a sentence."""
 
 from __future__ import annotations
 
@@ -19,14 +19,18 @@ from .console import LoggedEvent, event, subscription
 
 
 def _act(db: Database, work: Callable[[Cursor], str]) -> str:
-    """Run an action in one NO WAIT transaction; a worker's concurrent claim
-    or settlement of the same rows makes it give way with a message."""
+    """Run an action in one NO WAIT transaction: rows that another
+    transaction holds (a worker claiming or settling them, or a session that
+    changed them and has not ended) make it give way with a message."""
     try:
         with db.transaction(nowait_tpb()) as cursor:
             return work(cursor)
     except DatabaseError as exc:
         if is_conflict(exc):
-            raise SubsError("a listener is working on it right now; try again in a moment") from None
+            raise SubsError(
+                "another transaction holds these rows right now (a listener at work on them, "
+                "or a session that has not committed); try again in a moment"
+            ) from None
         raise
 
 
