@@ -679,6 +679,51 @@ def test_workers_die_with_a_killed_listener(items, tmp_path, listeners):
             reap(pid, listener.process.pid, deadline)
 
 
+def test_the_listener_reaps_the_handler_processes_of_a_killed_claimer(items, tmp_path, listeners):
+    """They die with their claimer as orphans, and the listener, their
+    subreaper, reaps them at once rather than init whenever it gets round to
+    it: a zombie holds its locks on an embedded database (docs/FIREBIRD-BUGS.md, 10)."""
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", "--log-level", "DEBUG")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    wait_until(lambda: remaining(items) == 0, what="the event's acknowledgement")
+    (claimer,) = spawned_children(listener.process.pid)
+    handlers = spawned_children(claimer)
+    os.kill(claimer, signal.SIGKILL)
+    for pid in handlers:
+        reaped = f"reaped pid {pid}, left behind by a dead worker: it "  # killed with it, or exiting on its own
+        wait_until(lambda: reaped in listener.output(), 30, f"the listener to reap handler process {pid}")
+    insert(items, 2, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1, 2])
+
+
+# A child someone waits for (its Popen) and another one, as a claimer and a
+# handler process a dead claimer left; run in a process of its own, since it
+# reaps every other child that has ended.
+REAPING = """
+import subprocess, sys, time
+from subscriptions.delivery.lifeline import reap_orphans
+
+def wait_ended(pid):
+    while open(f"/proc/{pid}/stat").read().split(") ")[1][0] != "Z":
+        time.sleep(0.01)
+
+waited_for = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"], stdin=-1)
+other = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(4)"])
+wait_ended(other.pid)
+first = reap_orphans({waited_for.pid})
+waited_for.stdin.close()
+wait_ended(waited_for.pid)
+print(first == [(other.pid, 4)], reap_orphans({waited_for.pid}) == [], waited_for.wait())
+"""
+
+
+def test_reaping_orphans_leaves_alone_the_processes_someone_waits_for() -> None:
+    result = subprocess.run([sys.executable, "-c", REAPING], capture_output=True, text=True, timeout=60)
+    assert result.stdout == "True True 3\n", result.stderr
+
+
 def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_stop_ends(items, tmp_path, listeners):
     """A claimer killed again and again (a crash loop) is not started anew
     every second; SIGTERM during the pause stops the listener at once rather

@@ -243,7 +243,7 @@ def listen(
     metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
     supervisor = Supervisor(options, metrics)
     try:
-        supervisor.run(with_queue_metrics=metrics_server is not None)
+        supervisor.run(with_queue_metrics=metrics_server is not None, adopt_orphans=True)
     finally:
         if metrics_server is not None:
             metrics_server.close()

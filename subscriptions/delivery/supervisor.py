@@ -44,7 +44,7 @@ from subscriptions.db.errors import first_line
 from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 
-from . import housekeeping, reaper, recovery, stats, worker
+from . import housekeeping, lifeline, reaper, recovery, stats, worker
 from .metrics import Metrics, read_queue_depth
 from .options import ListenOptions
 from .startup import rebuild_claim_index
@@ -209,6 +209,12 @@ class Supervisor:
         for process in self._alive():
             process.terminate()
 
+    def _reap_orphans(self) -> None:
+        """At once: a zombie holds its locks on an embedded database."""
+        claimers = {process.pid for process in self.workers if process is not None and process.pid is not None}
+        for pid, exitcode in lifeline.reap_orphans(claimers):
+            log.debug("reaped pid %s, left behind by a dead worker: it %s", pid, recovery.how_it_ended(exitcode))
+
     def _alive(self) -> list[BaseProcess]:
         return [p for p in self.workers if p is not None and p.is_alive()]
 
@@ -293,12 +299,17 @@ class Supervisor:
                 del self.restart_at[index]
                 self.workers[index] = self._start()
 
-    def run(self, *, with_queue_metrics: bool = False) -> int:
+    def run(self, *, with_queue_metrics: bool = False, adopt_orphans: bool = False) -> int:
+        """Supervise claimers until stopped. ``adopt_orphans``: reap what dead
+        claimers leave behind, as a process of its own must (not one whose
+        other children someone else waits for)."""
         previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
         threads = [threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)]
         if with_queue_metrics:
             threads.append(threading.Thread(target=self._refresh_queue_metrics, name="queue-metrics", daemon=True))
         try:
+            if adopt_orphans:
+                lifeline.adopt_orphans()
             self.workers = [self._start()]
             for thread in threads:
                 thread.start()
@@ -307,6 +318,8 @@ class Supervisor:
                 for index, process in enumerate(self.workers):
                     if process is not None and not process.is_alive():
                         self._bury(index, process)
+                if adopt_orphans:
+                    self._reap_orphans()
                 self._restart_due()
                 if all(p is None for p in self.workers) and not self.restart_at:
                     break
