@@ -72,20 +72,24 @@ def subreaper() -> Iterator[None]:
 
 
 def reap(pid: int, pgid: int, deadline: float) -> None:
-    """Wait until ``pid``, a member of process group ``pgid`` killed inside
-    ``subreaper()``, is reaped: by us, once its dead parent has left it to us,
-    or by its parent (a supervisor reaping its claimer)."""
+    """Wait until ``pid``, a member of process group ``pgid`` that was killed
+    or dies with its parent inside ``subreaper()``, is reaped: by us, once
+    its dead parent has left it to us, or by its parent (a supervisor reaping
+    its claimer). An orphan init had before is init's to reap."""
     while True:
         try:
-            os.waitpid(pid, 0)
-            return
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
         except ChildProcessError:
             found = stat(pid)
             if found is None or found[1] != pgid:
                 return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"process {pid} of the killed group {pgid} was still not reaped") from None
-            time.sleep(0.01)
+            parent = found[0]
+            if parent != os.getpid() and (stat(parent) or (0, 0))[1] != pgid:
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} of group {pgid} was still not reaped")
+        time.sleep(0.01)
 
 
 def kill_group(process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 30.0) -> list[int]:
