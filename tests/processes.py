@@ -13,7 +13,6 @@ process reaps them itself: it is their child subreaper for the kill.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-PR_SET_CHILD_SUBREAPER = 36
+from subscriptions.delivery import lifeline
 
 
 def stat(pid: int) -> tuple[int, int] | None:
@@ -62,13 +61,12 @@ def group(pgid: int) -> list[int]:
 def subreaper() -> Iterator[None]:
     """Make this process the reaper of the orphans its descendants leave
     meanwhile (Linux's child subreaper), instead of init."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    if not lifeline.adopt_orphans():
+        raise OSError("this system cannot make the test process a child subreaper (prctl)")
     try:
         yield
     finally:
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        lifeline.adopt_orphans(False)
 
 
 def reap(pid: int, pgid: int, deadline: float) -> None:

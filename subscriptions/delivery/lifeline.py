@@ -34,12 +34,16 @@ def die_with(parent: int) -> None:
         os._exit(0)
 
 
-def adopt_orphans() -> None:
+def adopt_orphans(adopt: bool = True) -> bool:
     """Have the orphans of this process's descendants (the handler processes
     of a claimer that died, and what they started) come to this process
-    instead of init, which may reap them seconds later or never."""
-    if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
-        log.debug("cannot become a child subreaper on this system; init reaps orphaned processes")
+    instead of init, which may reap them seconds later or never; with
+    ``adopt`` False, leave them to init again. False where the system
+    cannot."""
+    if _prctl(PR_SET_CHILD_SUBREAPER, int(adopt)):
+        return True
+    log.debug("cannot become a child subreaper on this system; init reaps orphaned processes")
+    return False
 
 
 def reap_orphans(waited_for: Collection[int]) -> list[tuple[int, int]]:
