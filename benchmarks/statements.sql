@@ -210,6 +210,37 @@ BEGIN
     POST_EVENT 'subs:changes';
 END;
 
+-- name: typed_copy_intake
+-- The probe's other half, which a listener would run: each copy encoded as
+-- subs's trigger encodes the row (sql/capture.sql; the text of its trigger
+-- on ORDERS), logged for one subscription, in change order. EVENT_LOG comes
+-- from `subs init`; no trigger is involved.
+INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, CREATED_AT)
+SELECT 1, ROW_KEY, HASH('ORDERS|tag1|' || ROW_KEY), OLD_VALUES, NEW_VALUES, LOCALTIMESTAMP
+FROM (
+    SELECT C.CHANGE_ID,
+           '~2:ID1:i' || OCTET_LENGTH(CAST(C.NEW_ID AS VARCHAR(80) CHARACTER SET OCTETS)) || ':'
+           || CAST(C.NEW_ID AS VARCHAR(80) CHARACTER SET OCTETS) AS ROW_KEY,
+           IIF(C.OP = 'I', NULL, '~'
+               || '2:ID1:i' || IIF(C.OLD_ID IS NULL, '-', '=' || CAST(C.OLD_ID AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+               || '8:CUSTOMER5:sUTF8' || IIF(C.OLD_CUSTOMER IS NULL, '-', OCTET_LENGTH(CAST(C.OLD_CUSTOMER AS VARCHAR(240) CHARACTER SET OCTETS)) || ':' || CAST(C.OLD_CUSTOMER AS VARCHAR(240) CHARACTER SET OCTETS))
+               || '6:AMOUNT1:N' || IIF(C.OLD_AMOUNT IS NULL, '-', '=' || CAST(C.OLD_AMOUNT AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+               || '9:PLACED_AT1:S' || IIF(C.OLD_PLACED_AT IS NULL, '-', '=' || CAST(C.OLD_PLACED_AT AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+               || '4:PAID1:b' || IIF(C.OLD_PAID IS NULL, '-', '=' || CAST(C.OLD_PAID AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+               || '4:NOTE5:sUTF8' || IIF(C.OLD_NOTE IS NULL, '-', OCTET_LENGTH(CAST(C.OLD_NOTE AS VARCHAR(800) CHARACTER SET OCTETS)) || ':' || CAST(C.OLD_NOTE AS VARCHAR(800) CHARACTER SET OCTETS))) AS OLD_VALUES,
+           '~'
+           || '2:ID1:i' || IIF(C.NEW_ID IS NULL, '-', '=' || CAST(C.NEW_ID AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+           || '8:CUSTOMER5:sUTF8' || IIF(C.NEW_CUSTOMER IS NULL, '-', OCTET_LENGTH(CAST(C.NEW_CUSTOMER AS VARCHAR(240) CHARACTER SET OCTETS)) || ':' || CAST(C.NEW_CUSTOMER AS VARCHAR(240) CHARACTER SET OCTETS))
+           || '6:AMOUNT1:N' || IIF(C.NEW_AMOUNT IS NULL, '-', '=' || CAST(C.NEW_AMOUNT AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+           || '9:PLACED_AT1:S' || IIF(C.NEW_PLACED_AT IS NULL, '-', '=' || CAST(C.NEW_PLACED_AT AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+           || '4:PAID1:b' || IIF(C.NEW_PAID IS NULL, '-', '=' || CAST(C.NEW_PAID AS VARCHAR(80) CHARACTER SET OCTETS) || ';')
+           || '4:NOTE5:sUTF8' || IIF(C.NEW_NOTE IS NULL, '-', OCTET_LENGTH(CAST(C.NEW_NOTE AS VARCHAR(800) CHARACTER SET OCTETS)) || ':' || CAST(C.NEW_NOTE AS VARCHAR(800) CHARACTER SET OCTETS)) AS NEW_VALUES
+    FROM ORDERS_CHANGES C
+) ORDER BY CHANGE_ID;
+
+-- name: typed_copy_taken
+DELETE FROM ORDERS_CHANGES;
+
 -- name: history_insert
 -- W5: events as the trigger would have logged them, for one subscription.
 EXECUTE BLOCK (SUB INTEGER = ?, N INTEGER = ?)
