@@ -209,17 +209,40 @@ BEGIN
     END
 END;
 
+-- name: head_available
+-- Subscription s's first live event is available now (one probe of the
+-- claim index).
+(SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= EVENT_NOW()) AND NOT {{in_span}}
+ FROM EVENT_LOG E
+ WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
+ ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE
+
 -- name: ready
 -- Ordered mode: the subscriptions, not paused, whose first live event is
--- available now (one probe of the claim index each): only their streams
--- are worth a claim. A listener woken by one event claims one stream
--- instead of trying each of its streams in turn.
+-- available now: only their streams are worth a claim. A listener woken by
+-- one event claims one stream instead of trying each of its streams in turn.
 SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
-WHERE NOT s.PAUSED
-  AND (SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= EVENT_NOW()) AND NOT {{in_span}}
-       FROM EVENT_LOG E
-       WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
-       ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE;
+WHERE NOT s.PAUSED AND {{head_available}};
+
+-- name: ready_among
+-- What `ready` says of the subscriptions in IDS (comma-separated) alone:
+-- those of the streams that became idle since all were probed.
+EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+RETURNS (SUB_ID INTEGER)
+AS
+DECLARE ID BIGINT;
+BEGIN
+    IDS = IDS || ',';
+    WHILE (CHAR_LENGTH(IDS) > 1) DO
+    BEGIN
+        {{next_id}};
+        FOR SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
+            WHERE s.SUB_ID = :ID AND NOT s.PAUSED AND {{head_available}}
+            INTO :SUB_ID
+        DO
+            SUSPEND;
+    END
+END;
 
 -- name: stream_subscriptions
 -- Header of a loop over the subscriptions of the stream (STREAM_TABLE,
@@ -227,6 +250,15 @@ WHERE NOT s.PAUSED
 FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
     WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG AND NOT PAUSED
     ORDER BY SUB_ID
+    INTO :THE_SUB
+
+-- name: stream_leases
+-- Header of a loop over every subscription of the stream, paused or not,
+-- each into THE_SUB, to reach its EVENT_LEASE row by its key: with
+-- "SUB_ID IN (SELECT ...)" the engine read every lease row (2 ms a
+-- statement with 900 subscriptions).
+FOR SELECT SUB_ID FROM EVENT_SUBSCRIBER
+    WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG
     INTO :THE_SUB
 
 -- name: stream_variables
@@ -359,9 +391,10 @@ BEGIN
             WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID BETWEEN :LEFT_FIRST AND :LEFT_LAST;
     END
     {{stream_batch}}
-    UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
-    WHERE HOLDER = :OWNER
-      AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
+    {{stream_leases}}
+    DO
+        UPDATE EVENT_LEASE SET FIRST_EVENT = :BATCH_FIRST, LAST_EVENT = :BATCH_LAST
+        WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
 END;
 
 -- name: claim_next
@@ -400,9 +433,11 @@ BEGIN
     {{stream_stop}}
     {{stream_batch}}
     IF (BATCH_LAST IS NOT NULL) THEN
-        UPDATE EVENT_LEASE SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO EVENT_NOW())
-        WHERE HOLDER = :OWNER
-          AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = :STREAM_TABLE AND TAG = :STREAM_TAG);
+        {{stream_leases}}
+        DO
+            UPDATE EVENT_LEASE
+            SET LAST_EVENT = :BATCH_LAST, EXPIRES_AT = DATEADD(:LEASE_MS MILLISECOND TO EVENT_NOW())
+            WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
 END;
 
 -- name: next_id
@@ -452,8 +487,16 @@ UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID IN (?, ...);
 -- name: release_lease
 -- The ordered batch of a stream (table, tag) is settled: its events that
 -- were not handled are pending again.
-UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
-WHERE HOLDER = ? AND SUB_ID IN (SELECT SUB_ID FROM EVENT_SUBSCRIBER WHERE TABLE_NAME = ? AND TAG = ?);
+EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?,
+               STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?)
+AS
+DECLARE THE_SUB INTEGER;
+BEGIN
+    {{stream_leases}}
+    DO
+        UPDATE EVENT_LEASE SET HOLDER = NULL, EXPIRES_AT = NULL, FIRST_EVENT = NULL, LAST_EVENT = NULL
+        WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
+END;
 
 -- name: release_spans
 -- The events of these spans (IDS) are settled: handled ones deleted in the

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 import pytest
 
 from subscriptions.db.connection import Database
 from subscriptions.delivery import claims
 from subscriptions.delivery.claimed import Claimed
-from subscriptions.delivery.claims import Claimer, load_targets, stream_of
+from subscriptions.delivery.claims import Claimer, load_targets, stream_of, streams
 from subscriptions.delivery.worker import HeadsProbe
 
 from conftest import Subs, execute, query, wait_until
@@ -461,34 +462,41 @@ def test_a_parallel_claim_in_a_backlog_resumes_where_the_last_one_stopped(items,
 
 
 class CountingClaimer(Claimer):
-    probes = 0
+    """Notes what each probe asked of: None for every subscription."""
 
-    def ready(self) -> set[int]:
-        self.probes += 1
-        return super().ready()
+    def __init__(self, db: Database, owner: str, lease_seconds: float) -> None:
+        super().__init__(db, owner, lease_seconds)
+        self.asked: list[list[int] | None] = []
+
+    def ready(self, among: Sequence[int] | None = None) -> set[int]:
+        self.asked.append(None if among is None else sorted(among))
+        return super().ready(among)
 
 
 def test_idle_streams_are_probed_again_only_when_something_may_have_changed(items):
-    """Ordered mode probes the heads of its idle streams again when the set
-    of idle streams changes, after a notification or a due retry (forget),
-    or when the last probe is PROBE_EVERY old; otherwise it goes by the last."""
+    """Ordered mode probes the heads of every subscription after a
+    notification or a due retry (forget), or when that probe is PROBE_EVERY
+    old; in between only those of the streams that became idle since its
+    last look, and otherwise it goes by what it found."""
     execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
     Subs(items).ok("add", "others", "I", "rec")
     with Database(items) as db:
+        by_stream = streams(load_targets(db))
+        both = {key: by_stream[key] for key in (("ITEMS", "rec"), ("OTHERS", "rec"))}
+        others = {("OTHERS", "rec"): by_stream["OTHERS", "rec"]}
         claimer = CountingClaimer(db, "a:1", 30)
         probe = HeadsProbe(every=0.5)
-        both, others = frozenset({("ITEMS", "rec"), ("OTHERS", "rec")}), frozenset({("OTHERS", "rec")})
-        assert probe.ready(claimer, both) == set() and claimer.probes == 1
+        assert probe.ready(claimer, both) == set() and claimer.asked == [None]
         insert(items, 1, 1)
-        assert probe.ready(claimer, both) == set() and claimer.probes == 1, "went by the last probe"
+        assert probe.ready(claimer, both) == set() and claimer.asked == [None], "went by the last probe"
         probe.forget()
-        assert probe.ready(claimer, both) == {1} and claimer.probes == 2
+        assert probe.ready(claimer, both) == {1} and claimer.asked == [None, None]
         execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
-        assert probe.ready(claimer, others) == {1, 4} and claimer.probes == 3, "the idle set changed"
-        assert probe.ready(claimer, frozenset()) == set() and claimer.probes == 3, "nothing idle: no probe"
+        assert probe.ready(claimer, others) == {1} and len(claimer.asked) == 2, "fewer idle streams: no probe"
+        assert probe.ready(claimer, both) == {1} and claimer.asked[2:] == [[1, 2, 3]], "ITEMS idle again: it alone"
+        assert probe.ready(claimer, {}) == set() and len(claimer.asked) == 3, "nothing idle: no probe"
         time.sleep(0.5)
-        probe.ready(claimer, others)
-        assert claimer.probes == 4, "the last probe was too old"
+        assert probe.ready(claimer, others) == {1, 4} and claimer.asked[3:] == [None], "the last probe was too old"
 
 
 def test_a_stream_claim_reads_large_values_before_it_looks_up_a_new_subscription(settings):

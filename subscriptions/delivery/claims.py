@@ -278,13 +278,20 @@ class Claimer:
 
         return runs
 
-    def ready(self) -> set[int]:
-        """The subscriptions whose first live event could be claimed now:
-        the streams an ordered drain claims (claim_head decides)."""
+    def ready(self, among: Sequence[int] | None = None) -> set[int]:
+        """The subscriptions (of all, or ``among``) whose first live event
+        could be claimed now: the streams an ordered drain claims
+        (claim_head decides)."""
 
         def probe(cursor: Cursor) -> set[int]:
-            self._execute(cursor, self._sql["ready"], ())
-            return {row[0] for row in cursor.fetchall()}
+            if among is None:
+                self._execute(cursor, self._sql["ready"], ())
+                return {row[0] for row in cursor.fetchall()}
+            found: set[int] = set()
+            for chunk in _id_lists(sorted(among)):
+                self._execute(cursor, self._sql["ready_among"], (chunk,))
+                found.update(row[0] for row in cursor.fetchall())
+            return found
 
         return self._run(probe, tpb=nowait_tpb())
 
