@@ -13,7 +13,7 @@ import pytest
 from subscriptions.db.connection import Database
 from subscriptions.delivery import claims
 from subscriptions.delivery.claimed import Claimed
-from subscriptions.delivery.claims import Claimer, load_targets, stream_of, streams
+from subscriptions.delivery.claims import Claimer, Settlement, load_targets, stream_of, streams
 from subscriptions.delivery.worker import HeadsProbe
 
 from conftest import Subs, execute, query, wait_until
@@ -234,6 +234,29 @@ def test_handled_batches_are_deleted_together_when_the_lease_is_given_back(items
         assert a.settle_head(stream_of(target), handled) == 6
         assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL") == [(0,)]
         assert b.claim_head([target], 10) == [], "all six were deleted"
+
+
+def test_batches_of_several_streams_are_settled_in_one_transaction(items):
+    """settle_heads: the batches of streams that ended together, one
+    commit for all; a lease goes back only with a batch that releases it."""
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")
+    target = insert_target(items)
+    execute(items, "INSERT INTO OTHERS SELECT ID, NULL FROM ITEMS")
+    with Database(items) as db:
+        other = next(t for t in load_targets(db) if t.table == "OTHERS")
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        items_batch, others_batch = a.claim_head([target], 2), a.claim_head([other], 3)
+        settled = [
+            Settlement(stream_of(target), [e.id for e in items_batch], release=True),
+            Settlement(stream_of(other), [e.id for e in others_batch], release=False),
+        ]
+        assert a.settle_heads(settled) == 5
+        assert [key(e) for e in b.claim_head([target], 10)] == [3, 4, 5, 6], "ITEMS's lease went back"
+        assert b.claim_head([other], 10) == [], "OTHERS's lease stays"
+        assert a.settle_head(stream_of(other), []) == 0
+        assert [key(e) for e in b.claim_head([other], 10)] == [4, 5, 6]
 
 
 def test_no_next_batch_past_an_event_that_committed_late_among_the_held_ones(items):

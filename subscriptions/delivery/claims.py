@@ -80,6 +80,16 @@ class Target:
 Stream = tuple[str, str]  # (table, tag): what ordered mode keeps in log order
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """A claim_head batch's handled events (``done``), to delete; with
+    ``release``, its stream's lease is given back too."""
+
+    stream: Stream
+    done: Sequence[int]
+    release: bool
+
+
 def stream_of(subscription: Target) -> Stream:
     return subscription.table, subscription.tag
 
@@ -359,11 +369,18 @@ class Claimer:
         stream's lease back, together; the events not handled are then
         pending again. Not ``release``: a batch claimed by claim_next follows
         it, and the lease stays. Returns how many were deleted."""
-        ids = _sorted_ids(done)
+        return self.settle_heads([Settlement(stream, done, release)])
+
+    def settle_heads(self, settlements: Sequence[Settlement]) -> int:
+        """``settle_head`` for the batches of several streams, in one
+        transaction: with many busy streams the commit (one forced write
+        per changed page) is most of a settlement's cost."""
+        ids = _sorted_ids([event_id for settlement in settlements for event_id in settlement.done])
+        released = list(dict.fromkeys(settlement.stream for settlement in settlements if settlement.release))
 
         def work(cursor: Cursor) -> int:
             deleted = self._delete(cursor, ids)
-            if release:
+            for stream in released:
                 cursor.execute(self._sql["release_lease"], (self.owner, *stream))
             return deleted
 

@@ -6,6 +6,7 @@ ran over --timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
@@ -20,7 +21,7 @@ from subscriptions.db.retry import Backoff
 
 from .batching import BatchSize
 from .claimed import Claimed
-from .claims import MAX_IDS, Claimer, Stream
+from .claims import MAX_IDS, Claimer, Settlement, Stream
 from .handler_process import Job, Report
 from .heartbeat import InFlight
 from .lockouts import SETTLING
@@ -65,6 +66,10 @@ class Dispatcher:
         # Ordered mode: handled events of the stream batches settled so far
         # under a lease that goes on (a next batch runs), deleted together.
         self._settled_heads: dict[Stream, list[int]] = {}
+        # Ordered mode: stream batches ended in this collect, settled
+        # together at its end, with the ids to take out of flight then.
+        self._settling: list[Settlement] = []
+        self._settling_ids: list[int] = []
         self._unsettled: dict[int, int] = {}  # events not settled yet per span
         self._settled_spans: list[int] = []  # to give back with the next acknowledgement
         self._retries_due: list[float] = []  # a heap of monotonic times
@@ -160,7 +165,8 @@ class Dispatcher:
     def collect(self, claimer: Claimer, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for reports and settle what they
         say; cut off handlers over --timeout. True if a job ended. Handled
-        events are acknowledged before waiting, or once ACK_EVERY gathered."""
+        events are acknowledged before waiting, or once ACK_EVERY gathered;
+        the stream batches that ended are settled together at the end."""
         ready = self.pool.wait(0)
         if not ready:
             self.acknowledge(claimer)
@@ -168,16 +174,25 @@ class Dispatcher:
         elif len(self._handled) >= ACK_EVERY:
             self.acknowledge(claimer)
         ended = False
-        for slot in ready:
-            reports = self.pool.receive(slot)
-            if reports is None:
-                pid, reason = slot.process.pid, self.pool.reason(slot)
-                if slot.job is not None:
-                    log.warning("%s (pid %s); starting a new one", reason, pid)
-                ended = self._abort(claimer, slot, reason, time.monotonic() - slot.heard) or ended
-            elif slot.job is not None:
-                ended = self._record(claimer, slot, reports) or ended
-        return self._cut_off_overdue(claimer) or ended
+        try:
+            for slot in ready:
+                reports = self.pool.receive(slot)
+                if reports is None:
+                    pid, reason = slot.process.pid, self.pool.reason(slot)
+                    if slot.job is not None:
+                        log.warning("%s (pid %s); starting a new one", reason, pid)
+                    ended = self._abort(claimer, slot, reason, time.monotonic() - slot.heard) or ended
+                elif slot.job is not None:
+                    ended = self._record(claimer, slot, reports) or ended
+            ended = self._cut_off_overdue(claimer) or ended
+        except BaseException:
+            # The batches that ended before the error are settled, as they
+            # were when each was settled at once; the error is raised.
+            with contextlib.suppress(Exception):
+                self._settle_streams(claimer)
+            raise
+        self._settle_streams(claimer)
+        return ended
 
     def acknowledge(self, claimer: Claimer) -> None:
         """Acknowledge the handled events, together, and give back the spans
@@ -296,7 +311,8 @@ class Dispatcher:
         are acknowledged together (in parallel mode with others; in ordered
         mode with the stream's earlier batches once its lease is given
         back or ACK_EVERY gathered, so a busy stream commits a settle per
-        few batches, not per batch); events not started are pending again
+        few batches, not per batch, and with the other streams' batches
+        that ended in the same collect); events not started are pending again
         once their lease is given back (the attempt did not happen); the
         process goes on with its next job."""
         job, stream = slot.job, slot.stream
@@ -316,8 +332,18 @@ class Dispatcher:
             self._settled_heads[stream] = handled
             self.in_flight.discard(ids)
             return
+        self._settling.append(Settlement(stream, handled, release=not followed))
+        self._settling_ids.extend(ids)
+
+    def _settle_streams(self, claimer: Claimer) -> None:
+        """Settle the stream batches that ended since the last time, in one
+        transaction: busy streams that end together cost one commit."""
+        if not self._settling:
+            return
+        settlements, self._settling = self._settling, []
+        ids, self._settling_ids = self._settling_ids, []
         try:
-            self._settle(claimer, lambda: claimer.settle_head(stream, handled, release=not followed))
+            self._settle(claimer, lambda: claimer.settle_heads(settlements))
         finally:
             self.in_flight.discard(ids)
 
