@@ -232,10 +232,7 @@ RETURNS (SUB_ID INTEGER)
 AS
 DECLARE ID BIGINT;
 BEGIN
-    IDS = IDS || ',';
-    WHILE (CHAR_LENGTH(IDS) > 1) DO
-    BEGIN
-        {{next_id}};
+    {{each_id}};
         FOR SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
             WHERE s.SUB_ID = :ID AND NOT s.PAUSED AND {{head_available}}
             INTO :SUB_ID
@@ -440,6 +437,14 @@ BEGIN
             WHERE SUB_ID = :THE_SUB AND HOLDER = :OWNER;
 END;
 
+-- name: each_id
+-- Header of a loop over the ids in IDS (comma-separated), each into ID;
+-- the body and its END follow.
+IDS = IDS || ',';
+WHILE (CHAR_LENGTH(IDS) > 1) DO
+BEGIN
+    {{next_id}};
+
 -- name: next_id
 -- Takes the first id off IDS (which ends with a comma) into ID.
 ID = CAST(LEFT(IDS, POSITION(',' IN IDS) - 1) AS BIGINT);
@@ -456,10 +461,7 @@ AS
 DECLARE ID BIGINT;
 BEGIN
     DONE = 0;
-    IDS = IDS || ',';
-    WHILE (CHAR_LENGTH(IDS) > 1) DO
-    BEGIN
-        {{next_id}};
+    {{each_id}};
         DELETE FROM EVENT_LOG WHERE EVENT_ID = :ID;
         DONE = DONE + ROW_COUNT;
     END
@@ -505,10 +507,7 @@ EXECUTE BLOCK (HOLDER VARCHAR(100) CHARACTER SET UTF8 = ?, IDS VARCHAR(32000) CH
 AS
 DECLARE ID BIGINT;
 BEGIN
-    IDS = IDS || ',';
-    WHILE (CHAR_LENGTH(IDS) > 1) DO
-    BEGIN
-        {{next_id}};
+    {{each_id}};
         DELETE FROM EVENT_SPAN WHERE SPAN_ID = :ID AND HOLDER = :HOLDER;
     END
 END;
