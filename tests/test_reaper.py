@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from subscriptions.db.connection import Database
-from subscriptions.delivery import reaper
+from subscriptions.delivery import reaper, serving
 
 from conftest import query, wait_until
 from listening import Listener, handled, insert, remaining
@@ -52,6 +52,8 @@ from subscriptions.db.connection import Database
 
 db = Database(ConnectionSettings(sys.argv[1], sys.argv[2], os.environ.get("ISC_PASSWORD") or None))
 reaper.tag(db, sys.argv[3], "ordered|*")
+if sys.argv[5]:
+    db.fetch_value("SELECT RDB$SET_CONTEXT('USER_SESSION', 'SUBS_STARTED', ?) FROM RDB$DATABASE", sys.argv[5])
 db.connection.begin()
 cursor = db.connection.cursor()
 cursor.execute("UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 "
@@ -68,15 +70,15 @@ def parent_of(pid: int) -> int:
 
 
 class Holder:
-    """A process whose attachment is tagged as worker ``owner`` and holds the
-    newest event (or the oldest: ``end`` MIN) in an uncommitted claim, like
-    the attachments the Firebird 3 server kept after SIGKILLs (the process
-    itself plays the server's part)."""
+    """A process whose attachment is tagged as worker ``owner`` (started at
+    ``started``, if given) and holds the newest event (or the oldest: ``end``
+    MIN) in an uncommitted claim, like the attachments the Firebird 3 server
+    kept after SIGKILLs (the process itself plays the server's part)."""
 
-    def __init__(self, settings, owner: str, end: str = "MAX") -> None:
+    def __init__(self, settings, owner: str, end: str = "MAX", started: str = "") -> None:
         self.settings, self.owner = settings, owner
         self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, settings.dsn, settings.effective_user, owner, end],
+            [sys.executable, "-c", HOLDER, settings.dsn, settings.effective_user, owner, end, started],
             env={**os.environ, **({"ISC_PASSWORD": settings.password} if settings.password else {})},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -115,6 +117,20 @@ def test_is_dead_here_only_for_gone_processes_of_this_host():
     assert not reaper.is_dead_here("not-an-owner")
 
 
+def started(pid: int) -> str:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[19]
+
+
+def test_a_pid_that_a_later_process_took_is_dead():
+    me, mine = reaper.owner(), started(os.getpid())
+    assert not reaper.is_dead_here(me, mine)
+    assert reaper.is_dead_here(me, str(int(mine) - 1))
+    assert not reaper.is_dead_here(me, None)  # tagged by a listener from before start times
+    assert reaper.is_dead_here(f"{socket.gethostname()}:1", "0")  # another user's process: its start is read too
+
+
 def test_a_zombie_is_dead(zombie_pid):
     """It answers signals, yet its attachment is as dead as any (the second
     listener of test_nats's kill test once idled 60 s behind its predecessor's
@@ -143,6 +159,29 @@ def test_start_up_disconnects_dead_workers_attachments_and_no_live_one(items, tm
         assert "left by dead worker" in listener.output()
     finally:
         live.close()
+
+
+@pytest.mark.parametrize("engine", ["fb3"], indirect=True)
+def test_an_attachment_whose_pid_a_later_process_took_is_disconnected(items, holders):
+    """The server keeps a dead worker's attachment while a live process has
+    taken its pid (here: this test's process). Its start time gives it away:
+    it is not counted as a listener, and the listener disconnects it. A
+    handler process's attachment, tagged with its live claimer, stays."""
+    insert(items, 1, 2)
+    me = reaper.owner()
+    reused = Holder(items, me, "MIN", started=str(int(started(os.getpid())) - 1))
+    handler = Holder(items, me, "MAX")  # tagged as the claimer's (this process's) handler process
+    holders.extend([reused, handler])
+    db = Database(items)
+    try:
+        with db.transaction() as cursor:
+            assert [consumer.owner for consumer in serving.consumers(cursor)] == [me]
+        assert reaper.reap(db) == [me]
+        assert query(items, "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_WORKER'") == [
+            (1,)
+        ]
+    finally:
+        db.close()
 
 
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)

@@ -52,9 +52,9 @@ def consumers(cursor: Cursor) -> list[Consumer]:
     of this host whose process is gone."""
     cursor.execute(sql.load("attachments")["serving"])
     found: dict[str, Consumer] = {}
-    for worker, served in cursor.fetchall():
+    for worker, served, started in cursor.fetchall():
         mode, _, tags = str(served).partition("|")
-        if not reaper.is_dead_here(str(worker)):
+        if not reaper.is_dead_here(str(worker), started):
             found[str(worker)] = Consumer(str(worker), mode, frozenset(tags.split(",")) - {ALL_TAGS})
     return sorted(found.values(), key=lambda consumer: consumer.owner)
 
