@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -30,6 +31,7 @@ from subscriptions.schema import upgrade as schema
 
 import certificates
 import fb3server
+import hangs
 import httppeer
 
 # The embedded engine is named after the firebird-embedded wheel in use.
@@ -99,6 +101,20 @@ def pytest_configure(config: pytest.Config) -> None:
         lock_dir = tempfile.mkdtemp(prefix="subs-tests-firebird-")
         os.environ["FIREBIRD_LOCK"] = lock_dir
         config.add_cleanup(partial(shutil.rmtree, lock_dir, ignore_errors=True))
+    hangs.configure(config)
+
+
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    """Beside pytest-timeout's own timer (this returns None), which it then sets."""
+    hangs.arm(item, settings.timeout)
+
+
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    hangs.disarm()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    hangs.report(config, terminalreporter)
 
 
 @pytest.fixture(autouse=True)
