@@ -247,8 +247,10 @@ def listen(
     finally:
         if metrics_server is not None:
             metrics_server.close()
+    code = _drain_summary(options, metrics) if drain else 0
+    if supervisor.ended:
+        raise SubsError(f"the listener stopped: {supervisor.ended}")
     if drain:
-        code = _drain_summary(options, metrics)
         cut_short = _cut_short(supervisor)
         if cut_short:
             raise SubsError(f"the drain {cut_short}; the events left wait for the next run")

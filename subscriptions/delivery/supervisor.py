@@ -7,10 +7,12 @@ restarts it when it dies (after a pause that grows while it keeps dying soon
 after its start without settling any event; with --drain, until that has
 gone on for --drain-patience, or the claimer gave up itself), forwards
 SIGTERM/SIGINT for a graceful stop bounded by ``--grace``, and kills it on a
-second signal. The claimer sends its handler outcomes to it for the metrics
-endpoint, and stamps a shared progress clock: one that stops stamping for
-longer than a handler may run plus a poll interval and ``STALL_MARGIN`` is
-killed and replaced. A housekeeping thread disconnects attachments the
+second signal. A claimer that found the schema changed by another release
+(worker.EXIT_SCHEMA_CHANGED) ends the listener instead of being restarted.
+The claimer sends its handler outcomes to it for the metrics endpoint, and
+stamps a shared progress clock: one that stops stamping for longer than a
+handler may run plus a poll interval and ``STALL_MARGIN`` is killed and
+replaced. A housekeeping thread disconnects attachments the
 server keeps for dead claimers (reaper.py) when one dies and every
 REAP_INTERVAL, fails at once the events a dead claimer held (recovery.py),
 records the console's per-minute statistics (stats.py), rebuilds the claim
@@ -91,6 +93,7 @@ class Supervisor:
         # why the drain was given up (None while it goes on).
         self.failing_since: float | None = None
         self.gave_up: str | None = None
+        self.ended: str | None = None  # why a claimer ended the listener (EXIT_SCHEMA_CHANGED)
 
     def _housekeep(self) -> None:
         """Housekeeping thread: when a worker dies (reap_now) and every
@@ -224,6 +227,9 @@ class Supervisor:
                 delta = self.reports.get_nowait()
             except queue.Empty:
                 return
+            if "ended" in delta:
+                self.ended = delta["ended"]
+                continue
             self.metrics.merge(delta)
             self.handled_since_rebuild += sum(counts.get("handled", 0) for counts in delta["events"].values())
             self.settled += sum(sum(counts.values()) for counts in delta["events"].values())
@@ -253,6 +259,9 @@ class Supervisor:
         settled = self.settled - self.settled_before.pop(process)
         self.workers[index] = None
         if self.stopping or (self.options.drain and process.exitcode == 0):
+            return
+        if process.exitcode == worker.EXIT_SCHEMA_CHANGED:
+            self.ended = self.ended or "the subs schema changed while it ran (see the log)"
             return
         if self.options.drain and process.exitcode == worker.EXIT_GAVE_UP:
             self.gave_up = "the database kept failing (see the log)"

@@ -20,7 +20,9 @@ the dead handles and the supervisor starts a fresh one at once, which
 connects with backoff. With --drain it gives up (EXIT_GAVE_UP) once the
 database has kept failing, or another transaction's lock has held up its
 settling, for --drain-patience: a drain is a job that must end, not a
-service that waits for the database to come back. The loop stamps
+service that waits for the database to come back. Once `subs init` of
+another release has changed the schema, it stops as on SIGTERM and exits
+with EXIT_SCHEMA_CHANGED, which ends the listener. The loop stamps
 ``progress`` (shared with the supervisor) as it goes; a claimer stuck
 anywhere, say in a driver call on a dead connection, stops stamping and the
 supervisor replaces it.
@@ -46,6 +48,7 @@ from subscriptions.db.errors import first_line, is_connection_lost
 from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 from subscriptions.plugins import collect_handlers, plugin_manager
+from subscriptions.schema.version import changed_since_start
 
 from . import lifeline, lockouts, reaper
 from .batching import BatchSize
@@ -62,6 +65,7 @@ log = logging.getLogger("subs.worker")
 EXIT_OK = 0
 EXIT_RESTART = 3  # the connection died: start a fresh claimer at once
 EXIT_GAVE_UP = 4  # --drain: the database kept failing, or a lock held settling, for --drain-patience
+EXIT_SCHEMA_CHANGED = 5  # `subs init` of another release changed the schema: the listener must end
 RECONNECT_MAX = 30.0
 _TEARDOWN_TIMEOUT = 5.0
 CONFLICT_PAUSE = 0.05
@@ -73,6 +77,8 @@ WAIT_FOR_START = 1.0
 # Ordered mode: how long the heads of idle streams may go unprobed while
 # other streams keep the claimer busy (see Worker._heads_ready).
 PROBE_EVERY = 0.1
+# How often the claimer looks whether the schema is still its release's.
+SCHEMA_CHECK_EVERY = 5.0
 
 
 class HeadsProbe:
@@ -130,6 +136,8 @@ class Worker:
         self.abandoned = False  # the connection died: never touch its handles again
         self.gave_up = False  # --drain: settling waited too long for a lock
         self.stuck_attachments: list[Database] = []  # a call still runs on them: never touch them
+        self.schema_checked_at = time.monotonic()  # the supervisor checked it before starting us
+        self.schema_changed = False
 
     # -- connection and wake-up -------------------------------------------------
 
@@ -233,7 +241,7 @@ class Worker:
                     backoff.reset()
                     failing_since = None
                     if self.options.drain and not worked:
-                        return EXIT_OK
+                        break
                     if not worked:
                         # The subscriptions are read again before sleeping, not
                         # after waking (it cost a woken claimer 2-3 ms before its
@@ -270,7 +278,7 @@ class Worker:
                     log.warning("database error: %s; reconnecting in %.1fs", first_line(exc), pause)
                     self._disconnect()
                     self.stop.wait(pause)
-            return EXIT_OK
+            return EXIT_SCHEMA_CHANGED if self.schema_changed else EXIT_OK
         finally:
             self.dispatcher.close()
             self._flush_reports()
@@ -292,6 +300,7 @@ class Worker:
         self.heads.forget()
         while True:
             self._stamp()
+            self._check_schema(claimer.db)
             if self.stop.is_set() or not self.targets:
                 more = False
             elif not more:
@@ -323,6 +332,19 @@ class Worker:
             idle_and_waiting = self.dispatcher.idle() and not more and not self.stop.is_set()
             ended = self.dispatcher.collect(claimer, NOTIFICATION_SLICE if idle_and_waiting else WAIT_SLICE)
             more = more or (ended and in_turn)
+
+    def _check_schema(self, db: Database) -> None:
+        """Every SCHEMA_CHECK_EVERY, stop gracefully if the schema changed."""
+        if self.schema_changed or time.monotonic() < self.schema_checked_at + SCHEMA_CHECK_EVERY:
+            return
+        self.schema_checked_at = time.monotonic()
+        why = changed_since_start(db)
+        if why is not None:
+            log.error("stopping: %s", why)
+            self.schema_changed = True
+            if self.reports is not None:
+                self.reports.put({"ended": why})
+            self.halt()
 
     def _claim(self, claimer: Claimer) -> tuple[bool, bool]:
         """Parallel mode: a batch for each idle handler process. Returns

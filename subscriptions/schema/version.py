@@ -68,6 +68,22 @@ def recorded_version(cursor: Cursor) -> int:
     return int(match.group(1)) if match else 0
 
 
+def changed_since_start(db: Database) -> str | None:
+    """Why a running listener must stop, if the schema is no longer the one
+    this subs runs: `subs init` of another release changed it meanwhile, and
+    a listener left running would fail (and in the end kill) the events
+    captured the new way. None while it is unchanged."""
+    with db.transaction() as cursor:
+        version = recorded_version(cursor)
+    if version == LATEST:
+        return None
+    return f"{db.settings.dsn} now has subs schema version {version} and this listener runs {LATEST}; " + (
+        "start the listener of the subs release that upgraded it"
+        if version > LATEST
+        else "run `subs init` of this release and start the listener again"
+    )
+
+
 def require_current(db: Database) -> None:
     """Refuse to work on a database whose schema is missing or out of date."""
     version = installed_version(db)

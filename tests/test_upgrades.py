@@ -1,0 +1,66 @@
+"""A listener left running while `subs init` of another release changes the
+schema: it would fail, and in the end kill, the events captured the new way.
+It stops instead, gracefully, and says which release to start."""
+
+from __future__ import annotations
+
+import pytest
+
+from subscriptions.db.connection import Database
+from subscriptions.delivery import worker
+from subscriptions.schema.version import LATEST, changed_since_start
+
+from conftest import execute
+from listening import Listener, handled, insert, remaining
+
+
+def release_changes_schema_to(settings, version: int) -> None:
+    """What `subs init` of a release with schema ``version`` leaves behind
+    for a running listener to see."""
+    execute(settings, f"CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER AS BEGIN RETURN {version}; END")
+
+
+def test_the_reason_names_what_to_start(settings):
+    with Database(settings) as db:
+        assert changed_since_start(db) is None
+        release_changes_schema_to(settings, LATEST + 1)
+        assert changed_since_start(db) == (
+            f"{settings.dsn} now has subs schema version {LATEST + 1} and this listener runs {LATEST}; "
+            "start the listener of the subs release that upgraded it"
+        )
+        release_changes_schema_to(settings, LATEST - 1)  # an older backup restored over it
+        assert changed_since_start(db).endswith(
+            f"version {LATEST - 1} and this listener runs {LATEST}; "
+            "run `subs init` of this release and start the listener again"
+        )
+
+
+def test_an_idle_listener_stops_with_a_one_line_error(items, tmp_path, listeners):
+    listener = Listener(items, tmp_path, "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    release_changes_schema_to(items, LATEST + 1)
+    assert listener.finish(timeout=4 * worker.SCHEMA_CHECK_EVERY) == 1
+    output = listener.output()
+    assert output.splitlines()[-1] == (
+        f"Error: the listener stopped: {items.dsn} now has subs schema version {LATEST + 1} and this "
+        f"listener runs {LATEST}; start the listener of the subs release that upgraded it"
+    ), output
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_busy_listener_lets_its_running_handler_finish_first(items, tmp_path, listeners, mode):
+    """The check comes SCHEMA_CHECK_EVERY after the claimer started, while
+    the handler of event 1 still sleeps: it finishes, and the event is
+    acknowledged before the listener ends."""
+    listener = Listener(items, tmp_path, "--mode", mode, "--poll", "0.5")
+    listeners.append(listener)
+    insert(items, 1, 1, f"sleep{2 * worker.SCHEMA_CHECK_EVERY:g}")
+    listener.wait_for(lambda lines: lines)
+    release_changes_schema_to(items, LATEST + 1)
+    assert listener.finish(timeout=6 * worker.SCHEMA_CHECK_EVERY) == 1
+    assert handled(listener.lines()) == [1], listener.output()
+    assert "stopping: " in listener.output()
+    assert remaining(items) == 0
