@@ -28,6 +28,7 @@ import json, os, signal, time
 from subscriptions import hookimpl
 
 RECORD = os.environ["RECORD_FILE"]
+KEPT = []  # what "grow" notes leak
 
 
 def append(event, phase):
@@ -48,9 +49,12 @@ def register_handlers(register):
 def handle(event):
     """Behaves as the row's NOTE says: sleepN (on a first attempt), hang (an
     hour, every attempt), fail, fail_once, fail_flagged (while the file
-    RECORD_FILE.fail exists), die_once (SIGKILLs its own process), or nothing."""
+    RECORD_FILE.fail exists), die_once (SIGKILLs its own process), growN
+    (keeps N more MiB for good, as a leaky handler does), or nothing."""
     note = (event.new or event.old or {}).get("NOTE") or ""
     append(event, "start")
+    if note.startswith("grow"):
+        KEPT.append(b"x" * (int(note[4:]) << 20))
     if note == "die_once" and event.attempt == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     if note.startswith("sleep") and event.attempt == 1:

@@ -37,6 +37,12 @@ CASES = {
     "status watching past a day": (["status", "--watch", "1e300"], "Invalid value for '--watch'", USAGE),
     "batch neither auto nor a number": (["listen", "--batch", "many"], "'many' is neither 'auto'", USAGE),
     "zero poll": (["listen", "--poll", "0"], "Invalid value for '--poll'", USAGE),
+    # A handler process takes about 27 MiB before its first job: it would be replaced after every job.
+    "handler memory limit below a fresh process": (
+        ["listen", "--handler-memory-limit", "10"],
+        "Invalid value for '--handler-memory-limit': 10 is not in the range x>=64",
+        USAGE,
+    ),
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
     "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),
     "detach without pidfile": (["listen", "--detach"], "--detach needs --pidfile and --logfile", USAGE),

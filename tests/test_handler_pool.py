@@ -277,3 +277,25 @@ def test_no_transaction_stays_open_while_a_handler_runs_or_the_listener_idles(it
     assert not held, "\n".join(held)
     for report in slow:
         warnings.warn(f"a listener transaction took a second inside the engine: {report}")
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_handler_process_that_grew_past_the_memory_limit_is_replaced_between_jobs(items, tmp_path, listeners, mode):
+    """Each event makes its handler process keep 40 MiB more; past the limit
+    a fresh process takes over after the job. In parallel mode the next job
+    is already in the old process's pipe: it is given back, not failed, so
+    every event is handled once, at its first attempt."""
+    listener = Listener(
+        items, tmp_path, "--mode", mode, "--workers", "1", "--batch", "1", "--handler-memory-limit", "100"
+    )
+    listeners.append(listener)
+    insert(items, 1, 6, "grow40")
+    listener.wait_for(lambda lines: len(handled(lines)) == 6)
+    lines = listener.lines()
+    assert sorted(handled(lines)) == list(range(1, 7))
+    assert {line["attempt"] for line in lines} == {1}
+    pids = [line["pid"] for line in lines if line["phase"] == "done"]
+    assert 2 <= len(set(pids)) <= 4, pids  # each process takes two or three events
+    output = listener.output()
+    assert output.count("a fresh one takes its place") >= len(set(pids)) - 1, output
+    assert "WARNING" not in output, output

@@ -36,6 +36,7 @@ PLUGINS_ENV = "SUBS_PLUGINS"
 MAX_BATCH = 10_000
 MAX_WORKERS = 256
 MAX_ATTEMPTS = 1_000_000
+MIN_HANDLER_MEMORY = 64  # MiB: a handler process takes about 27 before its first job
 _SECONDS = click.FloatRange(min=0, max=MAX_SECONDS)
 _POSITIVE = click.FloatRange(min=0, min_open=True, max=MAX_SECONDS)
 AUTO = "auto"
@@ -132,6 +133,13 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     show_default=True,
     help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
 )
+@click.option(
+    "--handler-memory-limit",
+    type=click.IntRange(MIN_HANDLER_MEMORY),
+    metavar="MIB",
+    help="Replace a handler process by a fresh one after the job in which its resident memory "
+    "grew past this many MiB (handlers that leak).",
+)
 @click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=10, show_default=True)
 @click.option(
     "--backoff-min",
@@ -191,6 +199,7 @@ def listen(
     lease: float,
     timeout: float,
     grace: float,
+    handler_memory_limit: int | None,
     max_attempts: int,
     backoff_min: float,
     backoff_max: float,
@@ -225,6 +234,7 @@ def listen(
         lease=lease,
         timeout=timeout,
         grace=grace,
+        handler_memory_limit=handler_memory_limit,
         max_attempts=max_attempts,
         backoff_min=backoff_min,
         backoff_max=backoff_max,

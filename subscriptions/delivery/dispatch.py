@@ -179,7 +179,7 @@ class Dispatcher:
                 reports = self.pool.receive(slot)
                 if reports is None:
                     pid, reason = slot.process.pid, self.pool.reason(slot)
-                    if slot.job is not None:
+                    if slot.job is not None and not slot.recycled:
                         log.warning("%s (pid %s); starting a new one", reason, pid)
                     ended = self._abort(claimer, slot, reason, time.monotonic() - slot.heard) or ended
                 elif slot.job is not None:

@@ -7,7 +7,10 @@ at most REPORT_EVERY seconds late and at the job's end, so the claimer sees
 each process's progress and can cut off one that runs over --timeout (by killing
 it: a thread cannot be stopped). Signals are the claimer's business: a
 handler process ignores SIGINT and SIGTERM, finishes its call when the
-pool's ``stop`` flag is set, and exits when its pipe closes or its parent dies.
+pool's ``stop`` flag is set, and exits when its pipe closes or its parent dies,
+or with EXIT_RECYCLED after a job in which it grew past --handler-memory-limit:
+the jobs it had not begun are then given back, not failed, and a fresh
+process takes its place.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import io
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("subs.handler")
 REPORT_EVERY = 0.05
+EXIT_RECYCLED = 3
 
 # Progress: three integers in memory the process shares with its claimer,
 # written as calls begin and return, without a system call: the number of
@@ -251,6 +256,7 @@ def main(
     runner = Runner(options, owner, stop, progress)
     connection.send([])  # an empty report: ready
     reporter = Reporter(connection)
+    code = 0
     try:
         while True:
             try:
@@ -260,6 +266,9 @@ def main(
             if job is None:
                 break
             runner.run(job, reporter)
+            if _grew_past(options.handler_memory_limit):
+                code = EXIT_RECYCLED
+                break
     finally:
         runner.close()
         logging.shutdown()
@@ -268,4 +277,22 @@ def main(
                 stream.flush()
         # Leave without interpreter shutdown: threads a handler left behind
         # must not keep the process alive.
-        os._exit(0)
+        os._exit(code)
+
+
+def _grew_past(limit_mib: int | None) -> bool:
+    """Whether this process's resident memory ever grew past ``limit_mib``
+    (its peak, as Celery's --max-memory-per-child goes by: memory a leaky
+    handler holds is seldom given back to the system anyway)."""
+    if limit_mib is None:
+        return False
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    if peak_mib <= limit_mib:
+        return False
+    log.info(
+        "handler process pid %s grew to %.0f MiB (--handler-memory-limit %d); a fresh one takes its place",
+        os.getpid(),
+        peak_mib,
+        limit_mib,
+    )
+    return True

@@ -27,6 +27,7 @@ class ListenOptions:
     lease: float = 30.0
     timeout: float = 60.0
     grace: float = 30.0
+    handler_memory_limit: int | None = None  # MiB: a handler process that grew past it is replaced
     max_attempts: int = 10
     backoff_min: float = 1.0
     backoff_max: float = 300.0

@@ -27,7 +27,7 @@ from subscriptions.db.retry import Backoff
 from . import handler_process
 from .claimed import Claimed
 from .claims import Stream
-from .handler_process import JOB, RETURNED, STARTED, Job, Report
+from .handler_process import EXIT_RECYCLED, JOB, RETURNED, STARTED, Job, Report
 from .metrics import Metrics
 from .options import ListenOptions
 from .recovery import exit_label, exit_reason
@@ -77,6 +77,12 @@ class Slot:
         job = self.job
         return job.events[self.reported] if job and self.reported < len(job.events) else None
 
+    @property
+    def recycled(self) -> bool:
+        """The process left for a fresh one (--handler-memory-limit), between
+        jobs and having reported the last one it ran."""
+        return self.process.exitcode == EXIT_RECYCLED
+
     def cut_off(self) -> tuple[list[Claimed], list[Claimed]]:
         """For a process that is gone, the running job's events it got to
         without reporting them (handler_process.Progress): those handled (or
@@ -86,7 +92,7 @@ class Slot:
         in, so that an event that kills its process always uses up its
         attempts."""
         job = self.job
-        if job is None:
+        if job is None or self.recycled:
             return [], []
         if self.progress[JOB] != job.number:  # it had not begun the job
             return [], job.events[self.reported : self.reported + 1]
@@ -132,7 +138,8 @@ class HandlerPool:
         processes first; an idle process found dead is replaced."""
         for slot in self.slots:
             if not slot.queue and not slot.process.is_alive():
-                log.warning("%s (pid %s, idle); starting a new one", self.reason(slot), slot.process.pid)
+                if not slot.recycled:
+                    log.warning("%s (pid %s, idle); starting a new one", self.reason(slot), slot.process.pid)
                 self.replace(slot)
         places = [
             (position, index)
@@ -209,7 +216,7 @@ class HandlerPool:
         if slot.process.is_alive():
             slot.process.kill()
         slot.process.join(CLOSE_TIMEOUT)
-        self.metrics.count_process_exit("handler", exit_label(slot.process.exitcode))
+        self.metrics.count_process_exit("handler", "recycled" if slot.recycled else exit_label(slot.process.exitcode))
         slot.connection.close()
         if slot.ready:
             slot.start_pause.reset()
