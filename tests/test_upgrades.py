@@ -10,7 +10,7 @@ from subscriptions.db.connection import Database
 from subscriptions.delivery import worker
 from subscriptions.schema.version import LATEST, changed_since_start
 
-from conftest import execute
+from conftest import Subs, execute
 from listening import Listener, handled, insert, remaining
 
 
@@ -33,6 +33,17 @@ def test_the_reason_names_what_to_start(settings):
             f"version {LATEST - 1} and this listener runs {LATEST}; "
             "run `subs init` of this release and start the listener again"
         )
+
+
+def test_a_listener_user_with_the_granted_rights_sees_the_change(settings, make_user):
+    """The check reads the function's source from the catalogue, which a
+    listener user (`subs grant`) may read on every engine."""
+    listener_user = make_user("listener")
+    Subs(settings).ok("grant", listener_user.user)
+    with Database(listener_user) as db:
+        assert changed_since_start(db) is None
+        release_changes_schema_to(settings, LATEST + 1)
+        assert f"now has subs schema version {LATEST + 1}" in str(changed_since_start(db))
 
 
 def test_an_idle_listener_stops_with_a_one_line_error(items, tmp_path, listeners):
