@@ -285,8 +285,10 @@ def test_a_handler_process_that_grew_past_the_memory_limit_is_replaced_between_j
     a fresh process takes over after the job. In parallel mode the next job
     is already in the old process's pipe: it is given back, not failed, so
     every event is handled once, at its first attempt."""
+    port = free_port()
+    limit = ("--handler-memory-limit", "100")
     listener = Listener(
-        items, tmp_path, "--mode", mode, "--workers", "1", "--batch", "1", "--handler-memory-limit", "100"
+        items, tmp_path, "--mode", mode, "--workers", "1", "--batch", "1", *limit, "--metrics-port", str(port)
     )
     listeners.append(listener)
     insert(items, 1, 6, "grow40")
@@ -296,6 +298,11 @@ def test_a_handler_process_that_grew_past_the_memory_limit_is_replaced_between_j
     assert {line["attempt"] for line in lines} == {1}
     pids = [line["pid"] for line in lines if line["phase"] == "done"]
     assert 2 <= len(set(pids)) <= 4, pids  # each process takes two or three events
-    output = listener.output()
-    assert output.count("a fresh one takes its place") >= len(set(pids)) - 1, output
-    assert "WARNING" not in output, output
+
+    def each_replaced_process_counted() -> bool:
+        grew = listener.output().count("a fresh one takes its place")  # each logs once, as it leaves
+        counted = f'subs_process_exits_total{{process="handler",how="recycled"}} {grew}\n'
+        return grew >= len(set(pids)) - 1 and counted in scrape_metrics(port)
+
+    wait_until(each_replaced_process_counted, 20, "every replaced process in the log and the metrics")
+    assert "WARNING" not in listener.output(), listener.output()

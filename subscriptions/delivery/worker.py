@@ -403,7 +403,8 @@ class Worker:
     def _flush_reports(self) -> None:
         """Send the supervisor what was counted since the last report."""
         delta = self.metrics.snapshot(reset=True)
-        if self.reports is not None and (delta["events"] or delta["claim_conflicts"] or delta["minutes"]):
+        counted = delta["events"] or delta["claim_conflicts"] or delta["minutes"] or delta["process_exits"]
+        if self.reports is not None and counted:
             self.reports.put(delta)
 
 
