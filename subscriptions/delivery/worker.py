@@ -48,7 +48,7 @@ from subscriptions.db.errors import first_line, is_connection_lost
 from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 from subscriptions.plugins import collect_handlers, plugin_manager
-from subscriptions.schema.version import changed_since_start
+from subscriptions.schema import version as schema_version
 
 from . import lifeline, lockouts, reaper
 from .batching import BatchSize
@@ -77,8 +77,6 @@ WAIT_FOR_START = 1.0
 # Ordered mode: how long the heads of idle streams may go unprobed while
 # other streams keep the claimer busy (see Worker._heads_ready).
 PROBE_EVERY = 0.1
-# How often the claimer looks whether the schema is still its release's.
-SCHEMA_CHECK_EVERY = 5.0
 
 
 class HeadsProbe:
@@ -334,11 +332,11 @@ class Worker:
             more = more or (ended and in_turn)
 
     def _check_schema(self, db: Database) -> None:
-        """Every SCHEMA_CHECK_EVERY, stop gracefully if the schema changed."""
-        if self.schema_changed or time.monotonic() < self.schema_checked_at + SCHEMA_CHECK_EVERY:
+        """Every schema_version.CHECK_EVERY, stop gracefully if the schema changed."""
+        if self.schema_changed or time.monotonic() < self.schema_checked_at + schema_version.CHECK_EVERY:
             return
         self.schema_checked_at = time.monotonic()
-        why = changed_since_start(db)
+        why = schema_version.changed_since_start(db, "listener")
         if why is not None:
             log.error("stopping: %s", why)
             self.schema_changed = True

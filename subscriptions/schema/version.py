@@ -12,6 +12,7 @@ from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
 LATEST = 23
+CHECK_EVERY = 5.0  # seconds between a running listener's or console's looks at the recorded version
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
 
@@ -68,19 +69,19 @@ def recorded_version(cursor: Cursor) -> int:
     return int(match.group(1)) if match else 0
 
 
-def changed_since_start(db: Database) -> str | None:
-    """Why a running listener must stop, if the schema is no longer the one
-    this subs runs: `subs init` of another release changed it meanwhile, and
-    a listener left running would fail (and in the end kill) the events
-    captured the new way. None while it is unchanged."""
+def changed_since_start(db: Database, process: str) -> str | None:
+    """Why a running ``process`` (listener, console) must stop, if the schema
+    is no longer the one this subs runs: `subs init` of another release
+    changed it meanwhile, and a listener left running would fail (and in the
+    end kill) the events captured the new way. None while it is unchanged."""
     with db.transaction() as cursor:
         version = recorded_version(cursor)
     if version == LATEST:
         return None
-    return f"{db.settings.dsn} now has subs schema version {version} and this listener runs {LATEST}; " + (
-        "start the listener of the subs release that upgraded it"
+    return f"{db.settings.dsn} now has subs schema version {version} and this {process} runs {LATEST}; " + (
+        f"start the {process} of the subs release that upgraded it"
         if version > LATEST
-        else "run `subs init` of this release and start the listener again"
+        else f"run `subs init` of this release and start the {process} again"
     )
 
 

@@ -10,6 +10,7 @@ between requests.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from typing import Any
@@ -32,6 +33,7 @@ from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import console, console_actions
 from subscriptions.ops.text_table import describe_age
+from subscriptions.schema import version as schema_version
 
 from .attachments import Attachments
 from .charts import chart
@@ -107,6 +109,8 @@ class Console:
     def __init__(self, settings: ConnectionSettings) -> None:
         self.attachments = Attachments(settings)
         self.templates = _templates()
+        self.schema_checked_at = time.monotonic()  # `subs web` checked it before serving
+        self.schema_changed: str | None = None
 
     def read(self, work: Callable[[Cursor], Any]) -> Any:
         """Run ``work`` in one read-only transaction on a pooled attachment."""
@@ -117,6 +121,7 @@ class Console:
         become HTTP answers."""
         try:
             with self.attachments.use() as db:
+                self._refuse_a_changed_schema(db)
                 return work(db)
         except console.NotFound as exc:
             raise Refused(404, str(exc)) from None
@@ -124,6 +129,16 @@ class Console:
             raise Refused(400, str(exc)) from None
         except DatabaseError as exc:
             raise Refused(503, f"the database: {first_line(exc)}") from None
+
+    def _refuse_a_changed_schema(self, db: Database) -> None:
+        """Once `subs init` of another release has changed the schema, every
+        request is refused: this release's queries and actions are not made
+        for it (looked at every schema_version.CHECK_EVERY)."""
+        if self.schema_changed is None and time.monotonic() >= self.schema_checked_at + schema_version.CHECK_EVERY:
+            self.schema_checked_at = time.monotonic()
+            self.schema_changed = schema_version.changed_since_start(db, "console")
+        if self.schema_changed is not None:
+            raise Refused(503, self.schema_changed)
 
     def page(self, request: Request, template: str, **context: Any) -> Response:
         """A page, with the notice of the action that led here (once)."""
