@@ -545,6 +545,11 @@ def test_drift_is_visible_and_add_repairs_it(people):
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     assert last_new(people)["NAME"] == "Ann"
 
+    execute(people, 'REVOKE INSERT ON EVENT_LOG FROM TRIGGER "SUBS$PEOPLE"')
+    assert check(people)[1].splitlines()[0].endswith(": trigger may not write EVENT_LOG")
+    assert "its capture trigger had drifted and was made again" in Subs(people).ok("add", "people", "IUD", "audit")
+    assert check(people)[0] == 0
+
     execute(people, 'DROP TRIGGER "SUBS$PEOPLE"')
     assert check(people)[1].splitlines()[0].endswith(": trigger missing")
     execute(people, "DROP TABLE PEOPLE")
