@@ -20,7 +20,7 @@ ALLOWED = {
     "testing": {"plugins"},
     "delivery": {"db", "schema", "capture", "plugins"},
     "ops": {"db", "schema", "capture", "plugins", "delivery"},
-    "web": {"db", "capture", "ops"},
+    "web": {"db", "schema", "capture", "ops"},
     "cli": {"db", "schema", "capture", "plugins", "delivery", "ops", "web"},
     "__init__": set(),
     "__main__": {"cli"},

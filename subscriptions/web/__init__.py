@@ -8,6 +8,7 @@ the token, cookie, CSRF and security headers (``security``), the SVG charts
 stylesheet).
 
 May import: ``subscriptions.ops``, ``subscriptions.capture``,
+``subscriptions.schema`` (whether the schema is still this release's),
 ``subscriptions.db`` and the top-level leaves. Only ``subscriptions.cli``
 imports it, when `subs web` runs.
 """
