@@ -32,15 +32,16 @@ def zombie_pid():
     """A child of this process that has exited and is not yet collected: what
     a killed listener's workers are until init collects them."""
     process = subprocess.Popen(["true"])
-    wait_until(lambda: state_of(process.pid) == "Z", 10, "the child to exit")
+    wait_until(lambda: stat_field(process.pid, 3) == "Z", 10, "the child to exit")
     yield process.pid
     process.wait()
 
 
-def state_of(pid: int) -> str:
-    """The state letter of ``pid`` (field 3 of /proc/PID/stat, after the name)."""
+def stat_field(pid: int, number: int) -> str:
+    """Field ``number`` of /proc/PID/stat as proc(5) counts them: 3 the
+    state letter, 4 the parent's pid, 22 the start time in clock ticks."""
     with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0]
+        return stat.read().rsplit(")", 1)[1].split()[number - 3]
 
 
 HOLDER = """
@@ -61,12 +62,6 @@ cursor.execute("UPDATE EVENT_LOG SET ATTEMPTS = ATTEMPTS + 1 "
 print(cursor.affected_rows, flush=True)
 sys.stdin.read()
 """
-
-
-def parent_of(pid: int) -> int:
-    """The parent process id of ``pid`` (field 4 of /proc/PID/stat, after the name)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
 class Holder:
@@ -117,14 +112,8 @@ def test_is_dead_here_only_for_gone_processes_of_this_host():
     assert not reaper.is_dead_here("not-an-owner")
 
 
-def started(pid: int) -> str:
-    """The start time of ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[19]
-
-
 def test_a_pid_that_a_later_process_took_is_dead():
-    me, mine = reaper.owner(), started(os.getpid())
+    me, mine = reaper.owner(), stat_field(os.getpid(), 22)
     assert not reaper.is_dead_here(me, mine)
     assert reaper.is_dead_here(me, str(int(mine) - 1))
     assert not reaper.is_dead_here(me, None)  # tagged by a listener from before start times
@@ -169,7 +158,7 @@ def test_an_attachment_whose_pid_a_later_process_took_is_disconnected(items, hol
     handler process's attachment, tagged with its live claimer, stays."""
     insert(items, 1, 2)
     me = reaper.owner()
-    reused = Holder(items, me, "MIN", started=str(int(started(os.getpid())) - 1))
+    reused = Holder(items, me, "MIN", started=str(int(stat_field(os.getpid(), 22)) - 1))
     handler = Holder(items, me, "MAX")  # tagged as the claimer's (this process's) handler process
     holders.extend([reused, handler])
     db = Database(items)
@@ -194,7 +183,7 @@ def test_a_dead_worker_makes_the_listener_look_for_its_attachments(items, tmp_pa
     listener.wait_for(lambda lines: lines)
     insert(items, 2, 1)
     holders.append(Holder(items, f"{socket.gethostname()}:{dead_pid()}"))  # holds event 2
-    os.kill(parent_of(listener.lines()[0]["pid"]), signal.SIGKILL)  # the claimer of the handler process
+    os.kill(int(stat_field(listener.lines()[0]["pid"], 4)), signal.SIGKILL)  # the claimer of the handler process
     listener.wait_for(lambda lines: len(handled(lines)) == 2, timeout=60)
     assert [line["key"] for line in listener.lines() if line["phase"] == "done"] == [1, 2]
     wait_until(lambda: remaining(items) == 0, 10, "the handled events to be acknowledged")
@@ -217,7 +206,7 @@ def test_on_the_embedded_engine_a_killed_claimers_attachments_end_with_it(items,
     listeners.append(listener)
     insert(items, 1, 1)
     listener.wait_for(lambda lines: handled(lines))
-    claimer = reaper.owner(parent_of(listener.lines()[0]["pid"]))
+    claimer = reaper.owner(int(stat_field(listener.lines()[0]["pid"], 4)))
     assert tagged(items, claimer)
     os.kill(int(claimer.rpartition(":")[2]), signal.SIGKILL)
     wait_until(lambda: not tagged(items, claimer), 30, "the killed claimer's attachments to end")

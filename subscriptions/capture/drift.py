@@ -39,7 +39,7 @@ def capture_states(cursor: Cursor, tables: set[str]) -> dict[str, str]:
     """``capture_state`` of each table, statement by statement over all of
     them rather than table by table: a cursor prepares a statement again
     unless it is the one it ran last (firebird-driver), and three statements
-    prepared for each of 300 tables cost `subs status` 0.35 s more."""
+    prepared for each of 300 tables cost `subs status` 0.4 s more."""
     statements = sql.load("metadata")
     generated: dict[str, tuple[str, str, str]] = {}  # table: (trigger, text, reason)
     states: dict[str, str] = {}

@@ -266,7 +266,14 @@ def main(
             if job is None:
                 break
             runner.run(job, reporter)
-            if _grew_past(options.handler_memory_limit):
+            limit = options.handler_memory_limit
+            if limit is not None and _peak_mib() > limit:
+                log.info(
+                    "handler process pid %s grew to %.0f MiB (--handler-memory-limit %d); a fresh one takes its place",
+                    os.getpid(),
+                    _peak_mib(),
+                    limit,
+                )
                 code = EXIT_RECYCLED
                 break
     finally:
@@ -280,19 +287,8 @@ def main(
         os._exit(code)
 
 
-def _grew_past(limit_mib: int | None) -> bool:
-    """Whether this process's resident memory ever grew past ``limit_mib``
-    (its peak, as Celery's --max-memory-per-child goes by: memory a leaky
-    handler holds is seldom given back to the system anyway)."""
-    if limit_mib is None:
-        return False
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    if peak_mib <= limit_mib:
-        return False
-    log.info(
-        "handler process pid %s grew to %.0f MiB (--handler-memory-limit %d); a fresh one takes its place",
-        os.getpid(),
-        peak_mib,
-        limit_mib,
-    )
-    return True
+def _peak_mib() -> float:
+    """This process's peak resident memory, what --handler-memory-limit goes
+    by (as Celery's --max-memory-per-child does: memory a leaky handler holds
+    is seldom given back to the system anyway)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
