@@ -341,6 +341,12 @@ def execute(settings: ConnectionSettings, *statements: str, params: tuple = ()) 
             cursor.execute(statement, params or None)
 
 
+def release_changes_schema_to(settings: ConnectionSettings, version: int) -> None:
+    """What `subs init` of a release with schema ``version`` leaves behind
+    for a running listener or console to see."""
+    execute(settings, f"CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER AS BEGIN RETURN {version}; END")
+
+
 def query(settings: ConnectionSettings, sql: str, params: tuple = ()) -> list[tuple]:
     with Database(settings) as database, database.transaction() as cursor:
         cursor.execute(sql, params or None)

@@ -13,15 +13,9 @@ import pytest
 from subscriptions.db.connection import Database
 from subscriptions.schema.version import CHECK_EVERY, LATEST, changed_since_start
 
-from conftest import Subs, execute, query
+from conftest import Subs, query, release_changes_schema_to
 from listening import Listener, handled, insert, remaining
 from webconsole import Console
-
-
-def release_changes_schema_to(settings, version: int) -> None:
-    """What `subs init` of a release with schema ``version`` leaves behind
-    for a running listener to see."""
-    execute(settings, f"CREATE OR ALTER FUNCTION EVENT_SCHEMA_VERSION RETURNS INTEGER AS BEGIN RETURN {version}; END")
 
 
 def test_the_reason_names_what_to_start(settings):

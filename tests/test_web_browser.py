@@ -6,8 +6,11 @@ server."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -19,12 +22,14 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from subscriptions.db.connection import Database
+from subscriptions.schema.version import LATEST
 
-from conftest import Subs, execute, query, wait_until
+from conftest import EMBEDDED, Subs, execute, query, release_changes_schema_to, wait_until
 from listening import Listener, insert
 from webconsole import Console
 
 CHROMIUM = "/usr/bin/chromium"
+STALE_AFTER = 15  # seconds without a refresh before the overview says so (console.css)
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
@@ -89,6 +94,30 @@ def test_the_overview_updates_its_figures_without_a_reload(items, web: Console, 
     assert browser.execute_script("return window.subsMarker") == "still the same page"
     wait_for_text(browser, "#subscription-1 .state", "running")
     assert browser.find_elements(By.CSS_SELECTOR, "#subscription-1 svg.chart")
+
+
+@pytest.mark.parametrize("engine", [EMBEDDED])  # the page's own behaviour, the same on every engine
+def test_the_overview_says_when_its_figures_stopped_refreshing(items, web: Console, browser: WebDriver) -> None:
+    warning = "#freshness .stale"
+    wait_for_text(browser, "#pending-1", "0")
+    time.sleep(STALE_AFTER + 2)  # refreshes arrived all along: no warning
+    assert not browser.find_element(By.CSS_SELECTOR, warning).is_displayed()
+    assert browser.find_element(By.CSS_SELECTOR, "#figures table").value_of_css_property("opacity") == "1"
+    release_changes_schema_to(items, LATEST + 1)  # from now on /figures answers 503
+    patiently(browser, STALE_AFTER + 20).until(
+        lambda driver: driver.find_element(By.CSS_SELECTOR, warning).is_displayed()
+    )
+    assert text_of(browser, warning) == (
+        "Not refreshed since: the console or its database does not answer. Reload the page to see why."
+    )
+    refreshed = re.match(r"Refreshed at (\d\d:\d\d:\d\d)\.", text_of(browser, "#freshness"))
+    assert refreshed, text_of(browser, "#freshness")
+    now = datetime.now()
+    shown = datetime.combine(now.date(), datetime.strptime(refreshed[1], "%H:%M:%S").time())
+    assert (now - shown).total_seconds() % 86400 >= STALE_AFTER  # the last refresh's time, kept
+    assert browser.find_element(By.CSS_SELECTOR, "#figures table").value_of_css_property("opacity") == "0.45"
+    browser.refresh()
+    assert "now has subs schema version" in browser.find_element(By.TAG_NAME, "body").text
 
 
 def test_an_event_opens_with_old_and_new_side_by_side(items, web: Console, browser: WebDriver) -> None:

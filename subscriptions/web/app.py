@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import quote, unquote, urlencode
@@ -163,7 +164,11 @@ class Console:
         def work(cursor: Cursor) -> dict[str, Any]:
             summaries = console.overview(cursor)
             history = console.stats(cursor, 60)
-            return {"summaries": summaries, "charts": {s.id: chart(history.get(s.id, [])) for s in summaries}}
+            return {
+                "summaries": summaries,
+                "charts": {s.id: chart(history.get(s.id, [])) for s in summaries},
+                "refreshed": datetime.now().strftime("%H:%M:%S"),
+            }
 
         return dict(self.read(work))
 
