@@ -1,6 +1,7 @@
 """The claim index stays cheap: dead events are out of its way, and
 rebuilding it drops the empty pages that deleting handled events leaves
-behind, without ever leaving it inactive or writers blocked."""
+behind, without ever leaving it inactive or failing an application's
+write."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, nowait_tpb
+from subscriptions.db.connection import Database, nowait_tpb, protected_write_tpb
 from subscriptions.db.errors import is_conflict
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import housekeeping, reaper, startup, stats
@@ -154,6 +155,73 @@ def test_rebuild_gives_way_to_an_open_writer_and_leaves_the_index_usable(items, 
         assert query(items, index_is_active()) == [(0,)]
         assert housekeeping.rebuild_queue_index(db)
         assert housekeeping.queue_index_usable(db)
+
+
+class HeldLikeARebuild:
+    """A transaction holding EVENT_LOG as rebuild_queue_index does (its TPB
+    and statements) for as long as the test wants, where the real one
+    holds it for the milliseconds of the index build."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.db = Database(settings)
+        self.db.connection.begin(protected_write_tpb("EVENT_LOG"))
+        statements = sql.load("housekeeping")
+        cursor = self.db.connection.cursor()
+        cursor.execute(statements["deactivate_queue_index"])
+        cursor.execute(statements["activate_queue_index"])
+
+    def commit(self) -> None:
+        self.db.connection.commit()
+        self.db.close()
+
+
+def write_in_a_no_wait_transaction(settings: ConnectionSettings, item_id: int) -> None:
+    with Database(settings) as app, app.transaction(nowait_tpb()) as cursor:
+        cursor.execute("INSERT INTO ITEMS VALUES (?, 'no wait')", (item_id,))
+
+
+def test_an_application_write_in_a_no_wait_transaction_outlasts_a_rebuild(items):
+    """Until schema version 24 the capture trigger's write to EVENT_LOG
+    failed at once while a rebuild held the table ("lock conflict on no
+    wait transaction / Acquire lock for relation (EVENT_LOG) failed"), and
+    with it the application's write, which succeeds without subs."""
+    rebuild = HeldLikeARebuild(items)
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            write_in_a_no_wait_transaction(items, 1)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the thread hands it to the test
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)
+    assert writer.is_alive() and not outcome  # the trigger writes again and again meanwhile
+    rebuild.commit()
+    writer.join(10)
+    assert outcome == [None]
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(1,)]
+    assert query(items, "SELECT COUNT(*) FROM ITEMS") == [(1,)]
+    with Database(items) as db:
+        assert housekeeping.queue_index_usable(db)
+
+
+def test_an_application_write_in_a_no_wait_transaction_gives_up_on_a_table_held_for_long(items):
+    """The trigger tries for 2 s: a transaction that holds EVENT_LOG longer
+    (a session that reserved it and did not commit) fails the write as it
+    did before, with the conflict, and logs nothing."""
+    rebuild = HeldLikeARebuild(items)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DatabaseError, match="lock conflict on no wait transaction"):
+            write_in_a_no_wait_transaction(items, 1)
+        assert 2 <= time.monotonic() - started < 10
+    finally:
+        rebuild.commit()
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG") == [(0,)]
+    assert query(items, "SELECT COUNT(*) FROM ITEMS") == [(0,)]
 
 
 def lose_the_claim_index(settings, *, check: bool = True) -> None:
