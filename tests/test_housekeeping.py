@@ -5,6 +5,7 @@ write."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import threading
@@ -17,7 +18,7 @@ from firebird.driver import DatabaseError
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, nowait_tpb, protected_write_tpb
-from subscriptions.db.errors import is_conflict
+from subscriptions.db.errors import first_line, is_conflict
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import housekeeping, reaper, startup, stats
 from subscriptions.delivery.claims import Claimer, load_targets, stream_of
@@ -396,6 +397,45 @@ def test_claims_go_on_while_another_listener_rebuilds_the_index(items, tmp_path)
     On Firebird 3 a statement that names the index in its plan fails to
     prepare during a rebuild ("there is no index"): the same conflict."""
     in_a_child(claims_while_rebuilding, items, tmp_path)
+
+
+def no_wait_writes_while_rebuilding(settings: ConnectionSettings) -> None:
+    committed: list[int] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def write(first_id: int) -> None:
+        with Database(settings) as app:
+            for item_id in itertools.count(first_id):
+                if stop.wait(0.002):  # gaps in which a rebuild can start
+                    return
+                try:
+                    with app.transaction(nowait_tpb()) as cursor:
+                        cursor.execute("INSERT INTO ITEMS VALUES (?, 'no wait')", (item_id,))
+                    committed.append(item_id)
+                except DatabaseError as exc:
+                    failures.append(first_line(exc))
+
+    with AnotherListenerRebuilding(settings, every=0.02) as other:
+        writers = [threading.Thread(target=write, args=(first_id,)) for first_id in (1, 1_000_001)]
+        for writer in writers:
+            writer.start()
+        time.sleep(3)
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert not failures, failures[:3]
+    assert other.rebuilds >= 10 and len(committed) >= 100, (other.rebuilds, len(committed))
+    logged = query(
+        settings, "SELECT COUNT(*) FROM EVENT_LOG E JOIN EVENT_SUBSCRIBER S ON S.SUB_ID = E.SUB_ID WHERE S.ACTION = 'I'"
+    )
+    assert logged == [(len(committed),)]
+
+
+def test_application_writes_in_no_wait_transactions_go_on_while_a_listener_rebuilds_the_index(items, tmp_path):
+    """The same, end to end: the real rebuild, every 20 ms, beside two
+    writers whose NO WAIT transactions each insert one subscribed row."""
+    in_a_child(no_wait_writes_while_rebuilding, items, tmp_path)
 
 
 def sweeps_while_rebuilding(settings: ConnectionSettings) -> None:

@@ -29,8 +29,8 @@ from listening import Listener, insert
 from webconsole import Console
 
 CHROMIUM = "/usr/bin/chromium"
-STALE_AFTER = 15  # seconds without a refresh before the overview says so (console.css)
 CHROMEDRIVER = "/usr/bin/chromedriver"
+STALE_AFTER = 15  # seconds without a refresh before the overview says so (console.css)
 
 
 @pytest.fixture(scope="module")

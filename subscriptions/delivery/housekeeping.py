@@ -11,9 +11,10 @@ a rebuild is given up, without touching the index, while any other
 transaction has written to EVENT_LOG (an application's transaction whose
 trigger logged an event, a claim), and skipped while the log is long, since
 writers wait for it (the capture trigger of a NO WAIT transaction writes
-again, for up to 2 s: sql/capture.sql). An index found gone (``queue_index_usable``; left so
-by a refused rebuild of an earlier subs) is rebuilt whatever the log's
-length, waiting up to REPAIR_WAIT seconds for the writers.
+again, for up to 2 s: sql/capture.sql). An index found gone
+(``queue_index_usable``; left so by a refused rebuild of an earlier subs) is
+rebuilt whatever the log's length, waiting up to REPAIR_WAIT seconds for the
+writers.
 """
 
 from __future__ import annotations
