@@ -32,6 +32,7 @@ from . import (
     w11_wide_tables,
     w12_many_subscriptions,
     w13_blob_rows,
+    w14_open_transaction,
 )
 from .config import FULL, QUICK, Context
 from .engines import ENGINE_NAMES, open_engines
@@ -53,6 +54,7 @@ WORKLOADS = {
         w11_wide_tables,
         w12_many_subscriptions,
         w13_blob_rows,
+        w14_open_transaction,
     )
 }
 DEFAULT_JSON = PACKAGE_DIR / "results" / "latest.json"

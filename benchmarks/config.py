@@ -35,6 +35,8 @@ class Sizes:
     w12_events: int = 20_000
     w12_tables: int = 300
     w13_rows: int = 500
+    w14_history: int = 100_000
+    w14_events: int = 10_000
 
 
 FULL = Sizes()
@@ -59,6 +61,8 @@ QUICK = Sizes(
     w12_events=100,
     w12_tables=10,
     w13_rows=20,
+    w14_history=2_000,
+    w14_events=100,
 )
 
 

@@ -105,9 +105,10 @@ def claim_cost(db: ItemsDb, kind: str, count: int) -> float:
     return statistics.median(times) * 1000
 
 
-def drain_rate(ctx: Context, engine: Engine, db: ItemsDb) -> float:
-    db.insert(ctx.sizes.w5_events)
-    with Listener(engine, db.settings, ctx.workdir, "--drain") as listener:
+def drain_rate(ctx: Context, engine: Engine, db: ItemsDb, events: int, *args: str) -> float:
+    """Events/s of a `subs listen --drain ARGS` of ``events`` new events."""
+    db.insert(events)
+    with Listener(engine, db.settings, ctx.workdir, "--drain", *args) as listener:
         outcome = listener.finish()
         if listener.check_drained(db.settings, ctx.recorder, NAME, engine.name):
             execute(db.settings, "delete_all_events")  # so the next drain starts empty
@@ -131,7 +132,10 @@ def run(ctx: Context, engine: Engine) -> None:
                     for label, cost in costs.items():
                         rec.add(NAME, engine.name, case, f"{label}", "ms", cost, repeat)
                     rec.add(NAME, engine.name, case, "x fresh", "x", costs["history"] / costs["fresh"], repeat)
-                rates = {label: drain_rate(ctx, engine, db) for label, db in (("fresh", fresh), ("history", history))}
+                rates = {
+                    label: drain_rate(ctx, engine, db, ctx.sizes.w5_events)
+                    for label, db in (("fresh", fresh), ("history", history))
+                }
                 for label, rate in rates.items():
                     rec.add(NAME, engine.name, "subs ordered", f"{label}", "ev/s", rate, repeat)
                 rec.add(NAME, engine.name, "subs ordered", "x fresh", "x", rates["fresh"] / rates["history"], repeat)

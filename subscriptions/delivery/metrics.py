@@ -51,6 +51,7 @@ _GAUGES = {
 _DURATION = "subs_handler_duration_seconds"
 _CONFLICTS = "subs_claim_conflicts_total"
 _EXITS = "subs_process_exits_total"
+_OLDEST = "subs_oldest_transaction_seconds"
 
 
 def _number(value: float) -> str:
@@ -73,7 +74,15 @@ Snapshot = dict[str, Any]
 
 
 def _empty() -> Snapshot:
-    return {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "process_exits": {}, "minutes": {}}
+    return {
+        "events": {},
+        "durations": {},
+        "queue": {},
+        "claim_conflicts": 0,
+        "process_exits": {},
+        "minutes": {},
+        "oldest_transaction": 0.0,
+    }
 
 
 def minute_of(timestamp: float) -> int:
@@ -185,6 +194,12 @@ class Metrics:
                 for depth in depths
             }
 
+    def set_oldest_transaction(self, seconds: float) -> None:
+        """How long the database's oldest active transaction has been it
+        (oldest_transaction.py); the supervisor's alone, merged from no worker."""
+        with self._lock:
+            self._data["oldest_transaction"] = seconds
+
     def snapshot(self, *, reset: bool = False) -> Snapshot:
         """A picklable copy of everything; with ``reset`` start again from zero (a delta)."""
         with self._lock:
@@ -264,6 +279,13 @@ class Metrics:
         )
         for (process, how), count in sorted(data["process_exits"].items()):
             lines.append(f"{_EXITS}{_labels(process=process, how=how)} {count}")
+        family(
+            _OLDEST,
+            "gauge",
+            "Seconds the database's oldest active transaction has been the oldest, as seen every minute: "
+            "while one stays open, handled events stay in EVENT_LOG as garbage and claims slow down.",
+        )
+        lines.append(f"{_OLDEST} {_number(data['oldest_transaction'])}")
         for key, (name, help_text) in _GAUGES.items():
             family(name, "gauge", help_text)
             for sub_id, queue in sorted(data["queue"].items()):

@@ -15,10 +15,11 @@ handler may run plus a poll interval and ``STALL_MARGIN`` is killed and
 replaced. A housekeeping thread disconnects attachments the
 server keeps for dead claimers (reaper.py) when one dies and every
 REAP_INTERVAL, fails at once the events a dead claimer held (recovery.py),
-records the console's per-minute statistics (stats.py), rebuilds the claim
-index every REBUILD_EVERY handled events and whenever it finds it unusable
-(housekeeping.py), and settles the capture triggers the application's DDL
-regenerated (capture/trigger_sync.py). The claimer and its handler processes
+records the console's per-minute statistics (stats.py), warns of a
+transaction left open that keeps EVENT_LOG's garbage (oldest_transaction.py),
+rebuilds the claim index every REBUILD_EVERY handled events and whenever it
+finds it unusable (housekeeping.py), and settles the capture triggers the
+application's DDL regenerated (capture/trigger_sync.py). The claimer and its handler processes
 die with their parent (a parent-death signal), so a SIGKILLed listener
 leaves none behind. With --metrics-port, a thread of its own reads the queue
 depth every poll interval. While the database fails, housekeeping tries
@@ -48,6 +49,7 @@ from subscriptions.errors import SubsError
 
 from . import housekeeping, lifeline, reaper, recovery, stats, worker
 from .metrics import Metrics, read_queue_depth
+from .oldest_transaction import OldestTransactionWatch
 from .options import ListenOptions
 from .startup import rebuild_claim_index
 
@@ -101,13 +103,15 @@ class Supervisor:
         the dead ones held (again every RECOVERY_RETRY while one of their
         transactions still holds it); every RECORD_INTERVAL, record the
         per-minute statistics; every BACKLOG_INTERVAL, sample the backlog
-        and check that the claim index is usable; once REBUILD_EVERY events
+        and check that the claim index is usable and how long the oldest
+        active transaction has been open; once REBUILD_EVERY events
         were handled since the last rebuild, or when the index is unusable,
         rebuild it; every PRUNE_INTERVAL, prune statistics.
         Whenever it connects, it settles the capture triggers the
         application's DDL regenerated. It connects only when there is work."""
         unsettled: list[tuple[str, str]] = []
         settler = ChangedTriggerSettler()
+        oldest_transaction = OldestTransactionWatch()
         next_reap = time.monotonic() + reaper.REAP_INTERVAL
         next_prune = next_sample = time.monotonic()
         # While the database fails (down, shut down), tries come less and less
@@ -147,6 +151,8 @@ class Supervisor:
                         next_sample = now + stats.BACKLOG_INTERVAL
                         stats.record_backlog(db, self.recorder)
                         rebuild = rebuild or not housekeeping.queue_index_usable(db)
+                        oldest_transaction.observe(db)
+                        self.metrics.set_oldest_transaction(oldest_transaction.held_for())
                     if prune:
                         next_prune = now + stats.PRUNE_INTERVAL
                         stats.prune(db)

@@ -1,0 +1,70 @@
+"""Watching the database's oldest active transaction.
+
+While a transaction stays open (a report, a tool's session, an application
+that never commits), the engine cannot collect what later transactions
+deleted: every event handled since it started stays in EVENT_LOG as
+garbage, and the walks of the log (claims, counts) pass over more of it
+with every event handled. On embedded Firebird 5 an ordered drain ran at a
+quarter of its rate once 100,000 events had been handled behind an idle
+transaction (benchmarks, W14), and nothing said why. The supervisor looks every
+stats.BACKLOG_INTERVAL; once the same transaction has been the oldest active
+one for OLD_AFTER seconds it warns, again each time that doubled, and says
+when it ended. The number comes from the database's header (no MON$ query,
+no rights needed); MON$TRANSACTIONS names its attachment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from subscriptions.db.connection import Database
+
+log = logging.getLogger("subs.listener")
+
+OLD_AFTER = 600.0
+
+
+class OldestTransactionWatch:
+    """Since when one transaction has been the oldest active one."""
+
+    def __init__(self) -> None:
+        self.after = OLD_AFTER
+        self._oldest: int | None = None
+        self._since = 0.0
+        self._report_at = self.after
+        self._reported = False
+
+    def observe(self, db: Database) -> None:
+        """Look at the oldest active transaction now; warn or say it ended."""
+        oldest = db.connection.info.oat
+        now = time.monotonic()
+        if oldest != self._oldest:
+            if self._reported:
+                log.info(
+                    "transaction %s, the oldest active one for %s, ended: EVENT_LOG's garbage can be collected",
+                    self._oldest,
+                    _minutes(now - self._since),
+                )
+            self._oldest, self._since, self._report_at, self._reported = oldest, now, self.after, False
+            return
+        held = now - self._since
+        if held >= self._report_at:
+            self._report_at, self._reported = 2 * held, True
+            log.warning(
+                "transaction %s has been the oldest active one for %s or more: while it stays open, the events "
+                "handled since it started stay in EVENT_LOG as garbage the engine cannot collect, and claims slow "
+                "down as it grows; commit or roll it back (MON$TRANSACTIONS names its attachment: "
+                "MON$TRANSACTION_ID = %s)",
+                oldest,
+                _minutes(held),
+                oldest,
+            )
+
+    def held_for(self) -> float:
+        """Seconds the oldest active transaction has been it, as far as seen."""
+        return 0.0 if self._oldest is None else time.monotonic() - self._since
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"

@@ -1,0 +1,105 @@
+"""A transaction left open keeps what later ones delete from being
+collected, EVENT_LOG's handled events included: the listener says which
+one, until it ends, and its metrics show how long."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery import oldest_transaction, stats
+from subscriptions.delivery.oldest_transaction import OldestTransactionWatch
+
+from listening import insert, supervise
+
+
+class LeftOpen:
+    """A transaction of another attachment that read ITEMS and stays open, as
+    a report or an idle tool session does."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.db = Database(settings)
+        self.db.connection.begin()
+        self.db.connection.cursor().execute("SELECT COUNT(*) FROM ITEMS").fetchall()
+        self.id = self.db.connection.main_transaction.info.id
+
+    def end(self) -> None:
+        self.db.connection.commit()
+        self.db.close()
+
+
+def observe(watch: OldestTransactionWatch, settings: ConnectionSettings) -> None:
+    with Database(settings) as db:  # a fresh attachment each time, as the supervisor's
+        watch.observe(db)
+
+
+def test_a_transaction_left_open_is_reported_until_it_ends(items, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, "subs.listener")
+    monkeypatch.setattr(oldest_transaction, "OLD_AFTER", 1.0)
+    watch = OldestTransactionWatch()
+    left_open = LeftOpen(items)
+    try:
+        observe(watch, items)
+        insert(items, 1, 3)  # later transactions come and go
+        observe(watch, items)
+        assert not caplog.records
+        time.sleep(1.1)
+        observe(watch, items)
+        (warning,) = caplog.records
+        assert warning.levelno == logging.WARNING
+        assert warning.getMessage().startswith(
+            f"transaction {left_open.id} has been the oldest active one for 1 s or more: while it stays open, "
+            "the events handled since it started stay in EVENT_LOG as garbage"
+        )
+        assert warning.getMessage().endswith(
+            f"(MON$TRANSACTIONS names its attachment: MON$TRANSACTION_ID = {left_open.id})"
+        )
+        caplog.clear()
+        observe(watch, items)  # again only once the time doubled
+        assert not caplog.records
+        assert watch.held_for() >= 1.0
+    finally:
+        left_open.end()
+    insert(items, 4, 1)
+    observe(watch, items)
+    (ended,) = caplog.records
+    assert ended.levelno == logging.INFO
+    assert ended.getMessage().startswith(f"transaction {left_open.id}, the oldest active one for 1 s, ended")
+    assert watch.held_for() < 1.0
+
+
+def test_a_transaction_that_ends_in_time_is_not_reported(items, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, "subs.listener")
+    monkeypatch.setattr(oldest_transaction, "OLD_AFTER", 1.0)
+    watch = OldestTransactionWatch()
+    left_open = LeftOpen(items)
+    observe(watch, items)
+    left_open.end()
+    time.sleep(1.1)
+    observe(watch, items)
+    assert not caplog.records
+
+
+def test_the_listener_warns_and_its_metrics_show_how_long(items, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(oldest_transaction, "OLD_AFTER", 1.0)
+    monkeypatch.setattr(stats, "BACKLOG_INTERVAL", 0.3)
+    caplog.set_level(logging.WARNING, "subs.listener")
+    left_open = LeftOpen(items)
+
+    def drive(supervisor, record) -> None:
+        insert(items, 1, 3)
+        deadline = time.monotonic() + 30
+        while "has been the oldest active one" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    try:
+        supervisor, _ = supervise(items, tmp_path, monkeypatch, drive, poll=0.3)
+    finally:
+        left_open.end()
+    assert f"transaction {left_open.id} has been the oldest active one" in caplog.text
+    (gauge,) = [
+        line for line in supervisor.metrics.render().splitlines() if line.startswith("subs_oldest_transaction_seconds ")
+    ]
+    assert float(gauge.split()[1]) >= 1.0
