@@ -11,6 +11,7 @@ from . import w10_handler_pool as w10
 from . import w11_wide_tables as w11
 from . import w12_many_subscriptions as w12
 from . import w13_blob_rows as w13
+from . import w14_open_transaction as w14
 from .config import Sizes
 from .results import Summary
 
@@ -34,6 +35,7 @@ class Goal:
 
 def goals(sizes: Sizes) -> list[Goal]:
     parallel = f"{w1.PARALLEL} ({sizes.workers} workers)"
+    left_open = "behind a transaction left open"
     batch = f" --batch {sizes.w1_batch}"
     return [
         # Issue 16 raised it from 10x: one claimer feeding handler processes.
@@ -145,6 +147,12 @@ def goals(sizes: Sizes) -> list[Goal]:
             w13.GROWTH,
             "<=",
             1.25,
+        ),
+        # Ours: a transaction left open costs delivery at most half its rate
+        # (the listener warns of it; what it keeps is garbage to walk past).
+        *(
+            Goal("W14", f"{mode}: {left_open} >= 0.5x its rate", f"subs {mode}", "x none open", ">=", 0.5)
+            for mode in w14.MODES
         ),
         Goal("W5", "ordered claim <= 1.2x fresh", "claim_head (ordered)", "x fresh", "<=", 1.2),
         Goal("W5", "parallel claim <= 1.2x fresh", "claim (parallel)", "x fresh", "<=", 1.2),
