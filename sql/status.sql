@@ -71,3 +71,14 @@ ORDER BY l.EVENT_ID;
 SELECT SUB_ID, ROWS_DONE, ROWS_TOTAL, EVENTS, FINISHED_AT IS NOT NULL,
        DATEDIFF(MILLISECOND FROM UPDATED_AT TO LOCALTIMESTAMP)
 FROM EVENT_BACKFILL;
+
+-- name: oldest_transaction
+-- The database's oldest active transaction, as MON$ shows it to this user
+-- (SYSDBA and the database's owner see every attachment's, others only
+-- their own): its id, milliseconds open, user and process. No row when
+-- this user may not see it.
+SELECT t.MON$TRANSACTION_ID, DATEDIFF(MILLISECOND FROM t.MON$TIMESTAMP TO CURRENT_TIMESTAMP),
+       TRIM(a.MON$USER), a.MON$REMOTE_PROCESS
+FROM MON$DATABASE d
+JOIN MON$TRANSACTIONS t ON t.MON$TRANSACTION_ID = d.MON$OLDEST_ACTIVE
+JOIN MON$ATTACHMENTS a ON a.MON$ATTACHMENT_ID = t.MON$ATTACHMENT_ID;

@@ -5,13 +5,16 @@ one, until it ends, and its metrics show how long."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import oldest_transaction, stats
 from subscriptions.delivery.oldest_transaction import OldestTransactionWatch
+from subscriptions.web.app import Console as WebConsole
 
+from conftest import Subs
 from listening import insert, supervise
 
 
@@ -103,3 +106,32 @@ def test_the_listener_warns_and_its_metrics_show_how_long(items, tmp_path, monke
         line for line in supervisor.metrics.render().splitlines() if line.startswith("subs_oldest_transaction_seconds ")
     ]
     assert float(gauge.split()[1]) >= 1.0
+
+
+def test_status_and_the_console_name_a_transaction_open_for_long(items, monkeypatch):
+    monkeypatch.setattr(oldest_transaction, "OLD_AFTER", 3.0)
+    left_open = LeftOpen(items)
+    try:
+        assert "note: transaction" not in Subs(items).ok("status")
+        time.sleep(3.1)
+        note = Subs(items).ok("status").splitlines()[-1]
+        assert re.fullmatch(
+            rf"note: transaction {left_open.id} \(SYSDBA(, .+)?\) has been open for \d+\.\ds: the events handled "
+            r"since it started stay in EVENT_LOG as garbage, and ordered delivery slows down; commit or roll it back",
+            note,
+        ), note
+        page = console_figures(items)
+        assert f"Note: transaction {left_open.id} (SYSDBA" in page and 'id="open-transaction"' in page
+    finally:
+        left_open.end()
+    assert "note: transaction" not in Subs(items).ok("status")
+    assert 'id="open-transaction"' not in console_figures(items)
+
+
+def console_figures(settings: ConnectionSettings) -> str:
+    """The overview's figures as the console renders them, in this process."""
+    console = WebConsole(settings)
+    try:
+        return console.templates.get_template("figures.html").render(console._figures(), csrf="", read_only=True)
+    finally:
+        console.attachments.close()

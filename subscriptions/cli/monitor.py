@@ -9,7 +9,7 @@ import click
 from subscriptions.config import MAX_SECONDS
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
-from subscriptions.ops.status import drifted, lagging, problems, read_status
+from subscriptions.ops.status import drifted, lagging, problems, read_open_transaction, read_status
 from subscriptions.ops.text_table import describe_age, render
 
 from . import app, cli, open_database
@@ -56,6 +56,9 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
             ],
         )
     )
+    open_transaction = read_open_transaction(app(ctx).settings)
+    if open_transaction is not None:
+        click.echo(f"\nnote: {open_transaction.describe()}")
 
 
 def _check(ctx: click.Context, max_lag: float | None) -> None:

@@ -8,14 +8,19 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from firebird.driver import Cursor
+
 from subscriptions.capture.drift import OK, capture_states
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, read_text
+from subscriptions.db.connection import Database, read_only_tpb, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery import oldest_transaction
 from subscriptions.delivery.serving import Consumer, consumers, listening_modes
 from subscriptions.schema.version import require_current
+
+from .text_table import describe_age
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,41 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
         )
         for sub_id, table, action, tag, active, paused, live, in_flight, failed, dead, oldest_ms in rows
     ]
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """The database's oldest active transaction, open for long: while it is,
+    handled events stay in EVENT_LOG as garbage (delivery/oldest_transaction.py)."""
+
+    id: int
+    seconds: float
+    user: str
+    process: str | None
+
+    def describe(self) -> str:
+        holder = self.user + (f", {self.process}" if self.process else "")
+        return (
+            f"transaction {self.id} ({holder}) has been open for {describe_age(self.seconds)}: the events handled "
+            "since it started stay in EVENT_LOG as garbage, and ordered delivery slows down; commit or roll it back"
+        )
+
+
+def long_open_transaction(cursor: Cursor) -> OpenTransaction | None:
+    """The oldest active transaction if it has been open for
+    oldest_transaction.OLD_AFTER or more and MON$ shows it to this user."""
+    cursor.execute(sql.load("status")["oldest_transaction"])
+    row = cursor.fetchone()
+    if row is None or row[1] < oldest_transaction.OLD_AFTER * 1000:
+        return None
+    transaction_id, milliseconds, user, process = row
+    return OpenTransaction(int(transaction_id), milliseconds / 1000, str(user), process or None)
+
+
+def read_open_transaction(settings: ConnectionSettings) -> OpenTransaction | None:
+    """long_open_transaction in a read-only transaction of its own."""
+    with Database(settings) as db, db.transaction(read_only_tpb()) as cursor:
+        return long_open_transaction(cursor)
 
 
 @dataclass(frozen=True)

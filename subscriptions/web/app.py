@@ -33,6 +33,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import console, console_actions
+from subscriptions.ops.status import long_open_transaction
 from subscriptions.ops.text_table import describe_age
 from subscriptions.schema import version as schema_version
 
@@ -168,6 +169,7 @@ class Console:
                 "summaries": summaries,
                 "charts": {s.id: chart(history.get(s.id, [])) for s in summaries},
                 "refreshed": datetime.now().strftime("%H:%M:%S"),
+                "open_transaction": long_open_transaction(cursor),
             }
 
         return dict(self.read(work))
