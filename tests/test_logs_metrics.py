@@ -175,7 +175,15 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     supervisor.count_process_exit("claimer", "SIGABRT")
     for worker in (one, two):
         supervisor.merge(pickle.loads(pickle.dumps(worker.snapshot(reset=True))))
-    empty = {"events": {}, "durations": {}, "queue": {}, "claim_conflicts": 0, "process_exits": {}, "minutes": {}}
+    empty = {
+        "events": {},
+        "durations": {},
+        "queue": {},
+        "claim_conflicts": 0,
+        "process_exits": {},
+        "minutes": {},
+        "oldest_transaction": 0.0,
+    }
     assert one.snapshot() == two.snapshot() == empty
     merged = supervisor.snapshot()
     assert merged["events"] == {
@@ -257,3 +265,14 @@ def test_queue_gauges_are_per_subscription_and_bounded(settings) -> None:
     gauges.set_queue(list(depths.values()))
     pending = [line for line in gauges.render().splitlines() if line.startswith("subs_queue_pending{")]
     assert len(pending) == 2 and all('tag="mail"' in line for line in pending)
+
+
+def test_the_oldest_transaction_gauge_is_the_supervisor_s_own() -> None:
+    """Set by its housekeeping (oldest_transaction.py); a worker's delta,
+    whose own value is always 0, leaves it as it is."""
+    supervisor, worker = metrics.Metrics(), metrics.Metrics()
+    assert "\nsubs_oldest_transaction_seconds 0.0\n" in supervisor.render()
+    supervisor.set_oldest_transaction(612.5)
+    worker.observe("orders", "handled", 0.02)
+    supervisor.merge(worker.snapshot(reset=True))
+    assert "\nsubs_oldest_transaction_seconds 612.5\n" in supervisor.render()
