@@ -266,12 +266,12 @@ def main(
             if job is None:
                 break
             runner.run(job, reporter)
-            limit = options.handler_memory_limit
-            if limit is not None and _peak_mib() > limit:
+            limit, peak = options.handler_memory_limit, _peak_mib()
+            if limit is not None and peak > limit:
                 log.info(
                     "handler process pid %s grew to %.0f MiB (--handler-memory-limit %d); a fresh one takes its place",
                     os.getpid(),
-                    _peak_mib(),
+                    peak,
                     limit,
                 )
                 code = EXIT_RECYCLED

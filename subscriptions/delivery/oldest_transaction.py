@@ -38,8 +38,7 @@ class OldestTransactionWatch:
         self._oldest: int | None = None
         self._behind = 0  # transactions started since the oldest active one
         self._since = 0.0
-        self._report_at = self.after
-        self._reported = False
+        self._report_at = self.after  # more once reported: each report doubles it
 
     def observe(self, db: Database) -> None:
         """Look at the oldest active transaction now; warn or say it ended."""
@@ -47,17 +46,17 @@ class OldestTransactionWatch:
         self._behind = db.connection.info.next_transaction - oldest
         now = time.monotonic()
         if oldest != self._oldest:
-            if self._reported:
+            if self._report_at > self.after:
                 log.info(
                     "transaction %s, the oldest active one for %s, ended: EVENT_LOG's garbage can be collected",
                     self._oldest,
                     _minutes(now - self._since),
                 )
-            self._oldest, self._since, self._report_at, self._reported = oldest, now, self.after, False
+            self._oldest, self._since, self._report_at = oldest, now, self.after
             return
         held = now - self._since
         if held >= self._report_at and self._behind >= BEHIND:
-            self._report_at, self._reported = 2 * held, True
+            self._report_at = 2 * held
             log.warning(
                 "transaction %s has been the oldest active one for %s or more, %s transactions ago: while it stays "
                 "open, the events handled since it started stay in EVENT_LOG as garbage the engine cannot collect, "

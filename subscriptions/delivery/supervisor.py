@@ -21,9 +21,9 @@ rebuilds the claim index every REBUILD_EVERY handled events and whenever it
 finds it unusable (housekeeping.py), and settles the capture triggers the
 application's DDL regenerated (capture/trigger_sync.py). The claimer and its
 handler processes die with their parent (a parent-death signal), so a
-SIGKILLed listener leaves none behind. With --metrics-port, a thread of its own reads the queue
-depth every poll interval. While the database fails, housekeeping tries
-again after pauses that grow.
+SIGKILLed listener leaves none behind. With --metrics-port, a thread of its
+own reads the queue depth every poll interval. While the database fails,
+housekeeping tries again after pauses that grow.
 """
 
 from __future__ import annotations
