@@ -74,6 +74,24 @@ def test_each_post_wakes_the_watch_once(settings, db):
     assert not watch.wait(0.5), "a closed watch was notified"
 
 
+def test_the_watch_tells_which_names_were_posted(settings, db):
+    """Across blocks and until asked, each name once per asking."""
+    names = [f"subs:{'t' * 36}{number:04d}" for number in range(1400)]
+    watch = EventWatch(db.connection, names)
+    try:
+        while watch.wait(1):
+            pass
+        for name in names:
+            watch.posted(name)  # forget what the first notices reported
+        post(settings, names[3])
+        post(settings, names[-1])
+        wait_until(lambda: watch.take() and watch.posted(names[-1]), 10, "the last name's post")
+        assert watch.posted(names[3]) or (watch.wait(10) and watch.posted(names[3]))
+        assert not watch.posted(names[3]) and not watch.posted(names[700])
+    finally:
+        watch.close()
+
+
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)
 def test_a_registration_the_server_ends_is_left_alone(settings, db, monkeypatch):
     """Firebird 3 server: once the watched attachment is killed and a call

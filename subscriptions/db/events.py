@@ -61,6 +61,19 @@ def event_blocks(names: Sequence[str], limit: int = MAX_BLOCK_BYTES) -> list[byt
     return blocks
 
 
+def event_counts(block: bytes) -> dict[str, int]:
+    """Each name's count in an event parameter block."""
+    counts: dict[str, int] = {}
+    at = 1  # the version byte
+    while at < len(block):
+        length = block[at]
+        name = block[at + 1 : at + 1 + length].decode("utf-8")
+        at += 1 + length
+        counts[name] = int.from_bytes(block[at : at + _COUNT_BYTES], "little")
+        at += _COUNT_BYTES
+    return counts
+
+
 class _Registration:
     """One event parameter block registered on one attachment."""
 
@@ -88,6 +101,11 @@ class _Registration:
             self.ended = True
         self.pending = False
         self._notified.set()
+
+    def posted(self) -> set[str]:
+        """The names whose count the server reported above the one registered."""
+        registered, reported = event_counts(bytes(self._registered)), event_counts(bytes(self._reported))
+        return {name for name, count in reported.items() if count > registered.get(name, 0)}
 
     def register(self) -> None:
         ctypes.memmove(self._registered, self._reported, self._size)
@@ -124,6 +142,7 @@ class EventWatch:
     def __init__(self, connection: Connection, names: Sequence[str]) -> None:
         handle = connection._get_handle()
         self._notified = threading.Event()
+        self._posted: set[str] = set()
         self._registrations: list[_Registration] = []
         for block in event_blocks(names):
             registration = _Registration(handle, block, self._notified)
@@ -149,7 +168,17 @@ class EventWatch:
         if not self.ended:
             for registration in self._registrations:
                 if not registration.pending:
+                    self._posted |= registration.posted()
                     registration.register()
+        return True
+
+    def posted(self, name: str) -> bool:
+        """Whether ``name`` was posted in the notifications taken since the
+        last call for it (the first notification reports every count, so it
+        may say yes once without a post)."""
+        if name not in self._posted:
+            return False
+        self._posted.discard(name)
         return True
 
     def wait(self, timeout: float) -> bool:
