@@ -209,32 +209,29 @@ BEGIN
     END
 END;
 
--- name: head_available
--- Subscription s's first live event is available now (one probe of the
--- claim index).
-(SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= EVENT_NOW()) AND NOT {{in_span}}
- FROM EVENT_LOG E
- WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE
- ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE
-
 -- name: ready
--- Ordered mode: the subscriptions, not paused, whose first live event is
--- available now: only their streams are worth a claim. A listener woken by
--- one event claims one stream instead of trying each of its streams in turn.
-SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
-WHERE NOT s.PAUSED AND {{head_available}};
-
--- name: ready_among
--- What `ready` says of the subscriptions in IDS (comma-separated) alone:
--- those of the streams that became idle since all were probed.
-EXECUTE BLOCK (IDS VARCHAR(32000) CHARACTER SET ASCII = ?)
+-- Ordered mode: the subscriptions in IDS (comma-separated), not paused,
+-- whose first live event after their entry in AFTERS (their floors,
+-- delivery/floors.py) is available now: only their streams are worth a
+-- claim. A listener woken by one event claims one stream instead of trying
+-- each of its streams in turn.
+EXECUTE BLOCK (IDS VARCHAR(8000) CHARACTER SET ASCII = ?, AFTERS VARCHAR(8000) CHARACTER SET ASCII = ?)
 RETURNS (SUB_ID INTEGER)
 AS
 DECLARE ID BIGINT;
+DECLARE AFTER BIGINT;
 BEGIN
+    AFTERS = AFTERS || ',';
     {{each_id}};
+        AFTER = CAST(LEFT(AFTERS, POSITION(',' IN AFTERS) - 1) AS BIGINT);
+        AFTERS = SUBSTRING(AFTERS FROM POSITION(',' IN AFTERS) + 1);
         FOR SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
-            WHERE s.SUB_ID = :ID AND NOT s.PAUSED AND {{head_available}}
+            WHERE s.SUB_ID = :ID AND NOT s.PAUSED
+              AND (SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= EVENT_NOW()) AND NOT {{in_span}}
+                   FROM EVENT_LOG E
+                   WHERE E.SUB_ID = s.SUB_ID AND E.DEAD = FALSE AND E.EVENT_ID > :AFTER
+                   PLAN (E ORDER IX_EVENT_LOG_QUEUE)  -- named: see the claim's walk
+                   ORDER BY E.SUB_ID, E.DEAD, E.EVENT_ID) IS TRUE
             INTO :SUB_ID
         DO
             SUSPEND;
@@ -339,8 +336,9 @@ DO
 
 -- name: claim_head
 -- Ordered mode: the next events of one stream, the subscriptions of one
--- table and tag (its I, U and D) that are not paused, in log order, up to
--- where stream_stop says the batch stops. The stream's lease, not a write to every event,
+-- table and tag (its I, U and D) that are not paused, after AFTER (the
+-- lowest of their floors, delivery/floors.py) in log order, up to where
+-- stream_stop says the batch stops. The stream's lease, not a write to every event,
 -- keeps other consumers off the batch: the EVENT_LEASE row of each of its
 -- subscriptions records the batch's first and last event until the batch
 -- is settled. The rows are taken in SUB_ID order; one another consumer took
@@ -349,11 +347,11 @@ DO
 -- (its lease ran out), when the next holder takes the lease over; the
 -- attempt handed out is ATTEMPTS + 1.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
-               STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?)
+               STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?,
+               AFTER BIGINT = ?)
 RETURNS ({{claimed_outputs}})
 AS
 {{stream_variables}};
-DECLARE AFTER BIGINT = 0;  -- from the stream's first event
 DECLARE LEFT_FIRST BIGINT;
 DECLARE LEFT_LAST BIGINT;
 BEGIN
@@ -397,7 +395,8 @@ END;
 -- name: claim_next
 -- Ordered mode: the batch that follows the one the caller holds (AFTER is
 -- its last event, HOLDING how many of the stream's events up to AFTER the
--- caller holds: that batch and earlier ones handled but not deleted yet),
+-- caller holds: that batch and earlier ones handled but not deleted yet;
+-- FLOOR_AFTER is the lowest of the stream's floors, delivery/floors.py),
 -- claimed while that one runs, so the stream's handler process goes on
 -- without waiting for the claimer. It is taken as claim_head takes a batch
 -- (the same stop rules), only under the caller's lease on every
@@ -408,7 +407,7 @@ END;
 -- and is renewed.
 EXECUTE BLOCK (OWNER VARCHAR(100) CHARACTER SET UTF8 = ?, LEASE_MS INTEGER = ?, MAX_ROWS INTEGER = ?,
                STREAM_TABLE VARCHAR(63) CHARACTER SET UTF8 = ?, STREAM_TAG VARCHAR(40) CHARACTER SET ASCII = ?,
-               AFTER BIGINT = ?, HOLDING INTEGER = ?)
+               AFTER BIGINT = ?, HOLDING INTEGER = ?, FLOOR_AFTER BIGINT = ?)
 RETURNS ({{claimed_outputs}})
 AS
 {{stream_variables}};
@@ -423,7 +422,7 @@ BEGIN
     {{stream_subscriptions}}
     DO
         LIVE = LIVE + (SELECT COUNT(*) FROM EVENT_LOG
-                       WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID <= :AFTER
+                       WHERE SUB_ID = :THE_SUB AND DEAD = FALSE AND EVENT_ID > :FLOOR_AFTER AND EVENT_ID <= :AFTER
                        PLAN (EVENT_LOG INDEX (IX_EVENT_LOG_QUEUE)));  -- named: see the claim's walk
     IF (LIVE <> HOLDING) THEN
         EXIT;

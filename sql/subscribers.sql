@@ -86,14 +86,11 @@ SELECT SUB_ID, TRIM(TRAILING FROM TABLE_NAME), ACTION, TRIM(TAG), WATCH_COLUMNS,
 FROM EVENT_SUBSCRIBER
 WHERE SUB_ID = ?;
 
--- name: wake
--- Listeners of the tag claim at once rather than at their next poll: the
--- event is posted when the transaction commits.
-EXECUTE BLOCK (TAG VARCHAR(40) CHARACTER SET ASCII = ?)
+-- name: post
+-- Posts the event named by the parameter when the transaction commits.
+EXECUTE BLOCK (EVENT_NAME VARCHAR(45) CHARACTER SET ASCII = ?)
 AS
-DECLARE EVENT_NAME VARCHAR(45) CHARACTER SET ASCII;
 BEGIN
-    EVENT_NAME = 'subs:' || TAG;
     POST_EVENT EVENT_NAME;
 END;
 

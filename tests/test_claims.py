@@ -175,13 +175,15 @@ def test_ready_names_the_subscriptions_whose_head_can_be_claimed(items):
     Subs(items).ok("add", "others", "I", "rec")
     with Database(items) as db:
         claimer = Claimer(db, "a:1", 30)
-        assert claimer.ready() == set()
+        every = [target.sub_id for target in load_targets(db)]
+        assert claimer.ready(every) == set()
         insert(items, 1, 2)
         execute(items, "INSERT INTO OTHERS VALUES (1, NULL)", "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 2")
-        assert claimer.ready() == {1, 2, 4}  # ITEMS I and U, OTHERS I
+        assert claimer.ready(every) == {1, 2, 4}  # ITEMS I and U, OTHERS I
+        assert claimer.ready([2, 3, 4]) == {2, 4}
         execute(items, "UPDATE EVENT_LOG SET NEXT_ATTEMPT_AT = DATEADD(1 HOUR TO EVENT_NOW()) WHERE EVENT_ID = 1")
         Subs(items).ok("pause", "others", "I", "rec")
-        assert claimer.ready() == {2}  # ITEMS I waits for its retry, OTHERS is paused
+        assert claimer.ready(every) == {2}  # ITEMS I waits for its retry, OTHERS is paused
 
 
 def test_a_large_batch_of_long_ids_is_claimed_and_acknowledged_whole(items):
@@ -485,14 +487,14 @@ def test_a_parallel_claim_in_a_backlog_resumes_where_the_last_one_stopped(items,
 
 
 class CountingClaimer(Claimer):
-    """Notes what each probe asked of: None for every subscription."""
+    """Notes what each probe asked of."""
 
     def __init__(self, db: Database, owner: str, lease_seconds: float) -> None:
         super().__init__(db, owner, lease_seconds)
-        self.asked: list[list[int] | None] = []
+        self.asked: list[list[int]] = []
 
-    def ready(self, among: Sequence[int] | None = None) -> set[int]:
-        self.asked.append(None if among is None else sorted(among))
+    def ready(self, among: Sequence[int]) -> set[int]:
+        self.asked.append(sorted(among))
         return super().ready(among)
 
 
@@ -509,17 +511,18 @@ def test_idle_streams_are_probed_again_only_when_something_may_have_changed(item
         others = {("OTHERS", "rec"): by_stream["OTHERS", "rec"]}
         claimer = CountingClaimer(db, "a:1", 30)
         probe = HeadsProbe(every=0.5)
-        assert probe.ready(claimer, both) == set() and claimer.asked == [None]
+        every = [1, 2, 3, 4]  # ITEMS I, U, D; OTHERS I
+        assert probe.ready(claimer, both) == set() and claimer.asked == [every]
         insert(items, 1, 1)
-        assert probe.ready(claimer, both) == set() and claimer.asked == [None], "went by the last probe"
+        assert probe.ready(claimer, both) == set() and claimer.asked == [every], "went by the last probe"
         probe.forget()
-        assert probe.ready(claimer, both) == {1} and claimer.asked == [None, None]
+        assert probe.ready(claimer, both) == {1} and claimer.asked == [every, every]
         execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
         assert probe.ready(claimer, others) == {1} and len(claimer.asked) == 2, "fewer idle streams: no probe"
         assert probe.ready(claimer, both) == {1} and claimer.asked[2:] == [[1, 2, 3]], "ITEMS idle again: it alone"
         assert probe.ready(claimer, {}) == set() and len(claimer.asked) == 3, "nothing idle: no probe"
         time.sleep(0.5)
-        assert probe.ready(claimer, others) == {1, 4} and claimer.asked[3:] == [None], "the last probe was too old"
+        assert probe.ready(claimer, others) == {4} and claimer.asked[3:] == [[4]], "the last probe was too old"
 
 
 def test_a_stream_claim_reads_large_values_before_it_looks_up_a_new_subscription(settings):

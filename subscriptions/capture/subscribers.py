@@ -35,7 +35,7 @@ from .names import (
     split_names,
 )
 from .trigger_sync import MAX_KEY_BYTES, for_table, settle_trigger, subscription_from_row, sync_trigger
-from .triggers import Subscription, probe
+from .triggers import REQUEUED_EVENT, Subscription, event_name, probe
 
 PROBE_SAVEPOINT = "SUBS_WHEN_PROBE"
 # The row an action lacks, as the engine names an unknown column of it.
@@ -277,10 +277,14 @@ def _set_paused(cursor: Cursor, subscription: Subscription, paused: bool) -> Cha
     return Change("paused" if paused else "resumed", dataclasses.replace(subscription, paused=paused))
 
 
-def wake(cursor: Cursor, tag: str) -> None:
+def wake(cursor: Cursor, tag: str, *, requeued: bool = False) -> None:
     """Have the listeners of ``tag`` claim at once (when the transaction
-    commits) rather than at their next poll."""
-    cursor.execute(sql.load("subscribers")["wake"], (tag,))
+    commits) rather than at their next poll; ``requeued``: this transaction
+    queues dead events again, below the listeners' claim floors."""
+    post = sql.load("subscribers")["post"]
+    cursor.execute(post, (event_name(tag),))
+    if requeued:
+        cursor.execute(post, (REQUEUED_EVENT,))
 
 
 def listing(db: Database) -> list[Listing]:

@@ -15,6 +15,9 @@ from .metadata import Table
 from .names import ACTION_NAMES
 
 EVENT_PREFIX = "subs:"
+# Posted when dead events are queued again (with their old ids): no tag
+# makes this name, as a tag has no space.
+REQUEUED_EVENT = "subs requeued"
 # Run after the application's own AFTER triggers (as the generated trigger does).
 TRIGGER_POSITION = 32000
 

@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, fetch_all, nowait_tpb, waiting_tpb
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb, read_only_tpb, waiting_tpb
 from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
+from .floors import Floors
 from .lockouts import Lockouts
 
 MAX_ERROR_LENGTH = 2000
@@ -53,7 +54,7 @@ MAX_PREPARED = 32
 # Tries to read or make the database's id while another claimer makes it.
 IDENTIFY_ATTEMPTS = 3
 # Seconds a parallel claimer may resume its walks where its claims stopped
-# before it walks each subscription from its first event again.
+# before it walks each subscription from its floor (floors.py) again.
 WALK_ALL_EVERY = 1.0
 
 
@@ -125,6 +126,7 @@ class Claimer:
         self._claimed_up_to: dict[int, int] = {}
         self._last_claim_full = False
         self._walked_all_at = -math.inf
+        self.floors = Floors()
         self._sql = sql.load("claims")
         self._max_bytes = int(self._sql["max_claim_bytes"])
         self._prepared: dict[str, Statement] = {}
@@ -203,6 +205,13 @@ class Claimer:
             )
         return claimed
 
+    def raise_floors(self, now: bool = False) -> None:
+        """Refresh the floors the walks start at, when it is time to (or ``now``)."""
+        if self.floors.usable is None:
+            self._run(self.floors.ask_rights, tpb=read_only_tpb())
+        if now or self.floors.due():
+            self._run(self.floors.refresh, tpb=read_only_tpb())
+
     def _claim(
         self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target], stream: Stream | None = None
     ) -> list[Claimed]:
@@ -244,10 +253,11 @@ class Claimer:
         again behind its claims (no retry fell due, nothing was given
         back). While it works through a backlog (its last claim was full),
         each walk then starts after what its claims took, except once per
-        WALK_ALL_EVERY, when walks start at each subscription's first event
-        again and find what came back that the caller cannot know of (a
-        transaction that committed late with lower event ids, the spans of
-        a claimer that died or gave events back)."""
+        WALK_ALL_EVERY, when walks start at each subscription's floor
+        (floors.py) again and find what came back that the caller cannot
+        know of (a transaction that committed late with lower event ids, the
+        spans of a claimer that died or gave events back)."""
+        self.raise_floors()
         sub_ids = sorted(targets)
         turn = self._turns % len(sub_ids) if sub_ids else 0
         self._turns += 1
@@ -264,7 +274,11 @@ class Claimer:
         claimed: list[Claimed] = []
         for start in range(0, len(order), MAX_CLAIM_TARGETS):
             window = order[start : start + MAX_CLAIM_TARGETS]
-            afters = [0 if walk_all else self._claimed_up_to.get(sub_id, 0) for sub_id in window]
+            floors = self.floors.each_after(window)
+            afters = [
+                floor if walk_all else max(floor, self._claimed_up_to.get(sub_id, 0))
+                for sub_id, floor in zip(window, floors)
+            ]
             claimed += self._claim(self._runs(window, afters, limit - len(claimed)), targets)
             if len(claimed) >= limit or sum(event.size for event in claimed) >= self._max_bytes:
                 break
@@ -278,7 +292,7 @@ class Claimer:
         each walked from its entry in ``afters``."""
 
         def runs(cursor: Cursor) -> list[tuple[Any, ...]]:
-            params = (self.owner, self.lease_ms, limit, self.key_order, _id_list(sub_ids), _id_list(afters))
+            params = (self.owner, self.lease_ms, limit, self.key_order, sql.id_list(sub_ids), sql.id_list(afters))
             self._execute(cursor, self._sql["claim"], params)
             rows = fetch_all(cursor)
             locked = {row[1] for row in rows if row[0] is None}
@@ -288,18 +302,19 @@ class Claimer:
 
         return runs
 
-    def ready(self, among: Sequence[int] | None = None) -> set[int]:
-        """The subscriptions (of all, or ``among``) whose first live event
-        could be claimed now: the streams an ordered drain claims
-        (claim_head decides)."""
+    def ready(self, among: Sequence[int]) -> set[int]:
+        """The subscriptions of ``among`` whose first live event could be
+        claimed now: the streams an ordered drain claims (claim_head
+        decides)."""
+        self.raise_floors()
+        sub_ids = sorted(among)
 
         def probe(cursor: Cursor) -> set[int]:
-            if among is None:
-                self._execute(cursor, self._sql["ready"], ())
-                return {row[0] for row in cursor.fetchall()}
             found: set[int] = set()
-            for chunk in _id_lists(sorted(among)):
-                self._execute(cursor, self._sql["ready_among"], (chunk,))
+            for start in range(0, len(sub_ids), MAX_CLAIM_TARGETS):
+                chunk = sub_ids[start : start + MAX_CLAIM_TARGETS]
+                params = (sql.id_list(chunk), sql.id_list(self.floors.each_after(chunk)))
+                self._execute(cursor, self._sql["ready"], params)
                 found.update(row[0] for row in cursor.fetchall())
             return found
 
@@ -312,9 +327,11 @@ class Claimer:
         carry max_claim_bytes (claims.sql). Settle them with ``settle_head``."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
+        self.raise_floors()
+        after = self.floors.after(known)
 
         def head(cursor: Cursor) -> list[tuple[Any, ...]]:
-            self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, table, tag))
+            self._execute(cursor, self._sql["claim_head"], (self.owner, self.lease_ms, limit, table, tag, after))
             return self._in_log_order(cursor, known)
 
         return self._claim(head, known, stream=(table, tag))
@@ -330,9 +347,11 @@ class Claimer:
         last."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
+        self.raise_floors()
+        floor_after = self.floors.after(known)
 
         def following(cursor: Cursor) -> list[tuple[Any, ...]]:
-            params = (self.owner, self.lease_ms, limit, table, tag, after, holding)
+            params = (self.owner, self.lease_ms, limit, table, tag, after, holding, floor_after)
             self._execute(cursor, self._sql["claim_next"], params)
             return self._in_log_order(cursor, known)
 
@@ -439,15 +458,10 @@ def database_id(db: Database) -> str:
     )
 
 
-def _id_list(event_ids: Iterable[int]) -> str:
-    """Event ids as the comma-separated list the settling blocks take."""
-    return ",".join(str(int(event_id)) for event_id in event_ids)
-
-
 def _id_lists(ids: Sequence[int]) -> Iterator[str]:
     """``ids`` as id lists of at most MAX_IDS each, one per settling statement."""
     for start in range(0, len(ids), MAX_IDS):
-        yield _id_list(ids[start : start + MAX_IDS])
+        yield sql.id_list(ids[start : start + MAX_IDS])
 
 
 def _sorted_ids(event_ids: Iterable[int]) -> list[int]:

@@ -2,7 +2,8 @@
 
 A notification only means "drain now"; counts are not trusted, and ``--poll``
 wakes the worker anyway, so a lost notification costs at most one poll
-interval.
+interval. REQUEUED_EVENT also says that dead events were queued again
+with their old ids, below the claim floors (floors.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from subscriptions.capture.triggers import event_name
+from subscriptions.capture.triggers import REQUEUED_EVENT, event_name
 from subscriptions.db.connection import Database
 from subscriptions.db.events import EventWatch
 
@@ -32,6 +33,8 @@ class Notifications:
         self._watch: EventWatch | None = None
         self._tags: set[str] = set()
         self._retry_at = 0.0
+        self._woken = False  # a notification requeued() took for arrived()
+        self._heard_requeues = False  # requeued() asked since the watch was registered
         # Registrations that hung: if one ends after all, its watch is kept
         # here, as the client library may call back into it.
         self._hung: list[list[EventWatch]] = []
@@ -50,7 +53,7 @@ class Notifications:
         self._tags = set(tags)
         if not tags:
             return True
-        names = sorted(event_name(tag) for tag in tags)
+        names = sorted(event_name(tag) for tag in tags) + [REQUEUED_EVENT]
         watches: list[EventWatch] = []
         errors: list[BaseException] = []
 
@@ -77,6 +80,7 @@ class Notifications:
         if errors:
             raise errors[0]
         self._watch = watches[0]
+        self._heard_requeues = False
         return True
 
     def wait(self, stamp: Callable[[], None], until: float | None = None) -> None:
@@ -94,7 +98,21 @@ class Notifications:
 
     def arrived(self) -> bool:
         """Whether a notification came since the last wait or look, without waiting."""
-        return self._watch is not None and self._take(self._watch.take())
+        woken, self._woken = self._woken, False
+        return woken or (self._watch is not None and self._take(self._watch.take()))
+
+    def requeued(self) -> bool:
+        """Whether dead events may have been queued again since the last
+        call: REQUEUED_EVENT came, or no registration would have heard it
+        (none, or a new one: a post before it was missed)."""
+        watch = self._watch
+        if watch is None:
+            return True
+        if not self._heard_requeues:
+            self._heard_requeues = True
+            return True
+        self._woken = self._take(watch.take()) or self._woken
+        return watch.posted(REQUEUED_EVENT)
 
     def _take(self, notified: bool) -> bool:
         """``notified``, after forgetting a watch the server ended: its

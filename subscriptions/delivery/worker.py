@@ -102,7 +102,7 @@ class HeadsProbe:
         if not idle:
             found: set[int] = set()
         elif self.probed_at is None or now - self.probed_at >= self.every:
-            self.found = found = claimer.ready()
+            self.found = found = claimer.ready([target.sub_id for stream in idle.values() for target in stream])
             self.probed_at = now
         else:
             newly = [target.sub_id for key in idle.keys() - self.idle for target in idle[key]]
@@ -306,6 +306,8 @@ class Worker:
                 if more:
                     self.heads.forget()
             if more and self.dispatcher.free_slots():
+                if self.notifications.requeued():  # dead events came back below the floors
+                    claimer.floors.reset()
                 if self.options.key_order:  # what it handled holds back later events of its rows
                     self.dispatcher.acknowledge(claimer)
                 conflicts = claimer.conflicts

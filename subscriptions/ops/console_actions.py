@@ -64,7 +64,7 @@ def retry(db: Database, event_id: int) -> str:
     made due now. Either way its listeners are woken."""
 
     def then(cursor: Cursor, current: LoggedEvent) -> str:
-        subscribers.wake(cursor, subscription(cursor, current.subscription).tag)
+        subscribers.wake(cursor, subscription(cursor, current.subscription).tag, requeued=current.state == "dead")
         if current.state == "dead":
             return f"event {event_id} is queued again; its attempts start again from 1"
         return f"event {event_id} is due for its next attempt now"
@@ -92,7 +92,7 @@ def retry_dead(db: Database, sub_id: int) -> str:
         cursor.execute(sql.load("console")["retry_dead_of_subscription"], (sub_id,))
         count = cursor.affected_rows
         if count:
-            subscribers.wake(cursor, tag)
+            subscribers.wake(cursor, tag, requeued=True)
         return f"{count:,} dead event(s) of subscription {sub_id} queued again"
 
     return _act(db, work)

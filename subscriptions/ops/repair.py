@@ -40,7 +40,7 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
             cursor.execute(statements["tags"])
             for (subscribed,) in cursor.fetchall():
                 if tag is None or subscribed == tag:
-                    wake(cursor, subscribed)
+                    wake(cursor, subscribed, requeued=True)
         return count
 
     return db.run(work)

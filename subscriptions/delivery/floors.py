@@ -1,0 +1,181 @@
+"""Claim floors: where each subscription's live events begin.
+
+While a transaction stays open (a report, an idle tool session), the
+engine keeps every event deleted since it started in the claim index as
+garbage, and a walk from a subscription's first entry passes all of it:
+after 100,000 handled events ordered claims ran at a quarter of their rate
+(W14). A floor is an event id below which a subscription has no live
+event and never will have one; claims and probes walk from there.
+
+The first live event we see is not enough: events are numbered when they
+are logged, not when they commit, so a transaction still open may commit
+events numbered below it later. Every ``EVERY`` seconds the claimer reads
+the last id handed out, then MON$: the active transactions, and whether
+each has written a row yet. A captured change writes the application's
+row before its trigger numbers the event, so a transaction that had not
+written at one look numbers its events after the id read before that
+look, and so does one that started after it. The floor is then the
+lowest of each subscription's first live event and that bound over the
+transactions that have written (the transaction left open only read, so
+it holds nothing back).
+
+Events given back from dead (``subs retry``, the console) keep their old
+ids: they post REQUEUED_EVENT, on which the worker calls ``reset``. What
+no rule foresees (a transaction in limbo, an event revived by hand) waits
+at most WALK_ALL_EVERY: then the refresh walks from each subscription's
+first entry. Without the MON$ rights to see every transaction (SYSDBA,
+the owner or RDB$ADMIN) there are no floors, and walks start at the first
+entry as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from firebird.driver import Cursor
+
+from subscriptions.db import sql
+
+log = logging.getLogger("subs.worker")
+
+EVERY = 0.5  # seconds between two refreshes
+WALK_ALL_EVERY = 60.0  # seconds between two refreshes that walk from the first entry
+CHUNK = 300  # subscriptions per first_live statement: its two lists' VARCHAR(8000)
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at the database: the last event id handed out, then (in one
+    monitoring snapshot) the next transaction's id and every other active
+    transaction with whether it has written a row."""
+
+    last_id: int
+    next_transaction: int
+    wrote: dict[int, bool]
+
+
+class Bounds:
+    """From one look to the next, the id above which every event that may
+    still commit later is numbered."""
+
+    def __init__(self) -> None:
+        self._previous: Look | None = None
+        # Per active transaction that had not written at a look: the id read
+        # before an earlier look, which its events are numbered above.
+        self._numbered_above: dict[int, int] = {}
+
+    def after(self, look: Look) -> int:
+        """The bound after ``look``. It lags one look behind the ids handed
+        out: an insert that took its id just before last_id was read may
+        show its row in the statistics only after the snapshot."""
+        previous = self._previous
+        if previous is None:
+            self._previous = look
+            self._numbered_above = {transaction: 0 for transaction in look.wrote}
+            return 0
+        bound = previous.last_id
+        numbered_above: dict[int, int] = {}
+        for transaction, wrote in look.wrote.items():
+            if not wrote:
+                numbered_above[transaction] = previous.last_id
+                continue
+            if transaction in self._numbered_above:
+                since = self._numbered_above[transaction]
+            elif transaction >= previous.next_transaction:
+                since = previous.last_id  # started after the previous look
+            else:
+                since = 0  # it wrote before we first saw it
+            numbered_above[transaction] = since
+            bound = min(bound, since)
+        self._previous, self._numbered_above = look, numbered_above
+        return bound
+
+
+class Floors:
+    """The floors of the subscriptions one claimer walks."""
+
+    def __init__(self) -> None:
+        self._floors: dict[int, int] = {}
+        self._known: set[int] = set()
+        self._bounds = Bounds()
+        self._generator: str | None = None
+        self.usable: bool | None = None  # this user may see every transaction; None: not asked yet
+        self._refreshed_at = -math.inf
+        self._walked_all_at = -math.inf
+
+    def after(self, sub_ids: Iterable[int]) -> int:
+        """The id after which walks over ``sub_ids`` start: one below the
+        lowest of their floors (0: from the first entry)."""
+        lowest = None
+        for sub_id in sub_ids:
+            self._known.add(sub_id)
+            floor = self._floors.get(sub_id, 0)
+            lowest = floor if lowest is None else min(lowest, floor)
+        return max((lowest or 0) - 1, 0)
+
+    def each_after(self, sub_ids: Sequence[int]) -> list[int]:
+        """``after`` of each of ``sub_ids``."""
+        return [self.after((sub_id,)) for sub_id in sub_ids]
+
+    def reset(self) -> None:
+        """Walk from the first entries again: events came back from dead
+        with ids below the floors, or a look may have been missed."""
+        self._floors.clear()
+        self._walked_all_at = -math.inf
+
+    def due(self) -> bool:
+        return self.usable is not False and time.monotonic() - self._refreshed_at >= EVERY
+
+    def ask_rights(self, cursor: Cursor) -> None:
+        """Whether MON$ shows us every transaction (``usable``), in a
+        transaction of its own: its MON$ read takes a snapshot."""
+        cursor.execute(sql.load("floors")["sees_every_transaction"])
+        self.usable = bool(cursor.fetchone()[0])
+        if not self.usable:
+            log.info(
+                "this user may not see every transaction in MON$ (SYSDBA, the database's owner and RDB$ADMIN "
+                "can): claims walk each subscription's events from its first, and are slower behind a "
+                "transaction left open"
+            )
+
+    def refresh(self, cursor: Cursor) -> None:
+        """Look at the database and raise the floors, in ``cursor``'s
+        transaction: READ COMMITTED and new, so that its first MON$ read
+        takes the snapshot after last_id was read."""
+        self._refreshed_at = time.monotonic()
+        statements = sql.load("floors")
+        if not self.usable or not self._known:
+            return
+        if self._generator is None:
+            cursor.execute(statements["id_generator"])
+            self._generator = str(cursor.fetchone()[0])
+        cursor.execute(sql.with_identifiers(statements["last_id"], generator=self._generator))
+        last_id = int(cursor.fetchone()[0])
+        cursor.execute(statements["next_transaction"])
+        next_transaction = int(cursor.fetchone()[0])
+        cursor.execute(statements["transactions"])
+        wrote = {int(transaction): bool(written) for transaction, written in cursor.fetchall()}
+        bound = self._bounds.after(Look(last_id, next_transaction, wrote))
+        if not bound:
+            # Nothing is known of some transaction's events: one that wrote
+            # before our first look, or (short of a MON$ fault) one that had
+            # not shown at the look before.
+            self._floors.clear()
+            return
+        walk_all = time.monotonic() - self._walked_all_at >= WALK_ALL_EVERY
+        if walk_all:
+            self._walked_all_at = time.monotonic()
+        sub_ids = sorted(self._known)
+        for start in range(0, len(sub_ids), CHUNK):
+            chunk = sub_ids[start : start + CHUNK]
+            froms = [0 if walk_all else self._floors.get(sub_id, 0) for sub_id in chunk]
+            cursor.execute(statements["first_live"], (sql.id_list(chunk), sql.id_list(froms)))
+            for sub_id, first_live in cursor.fetchall():
+                floor = bound + 1 if first_live is None else min(int(first_live), bound + 1)
+                # A floor stays true until reset (nothing is numbered below
+                # it), unless a walk from the first entry finds otherwise.
+                self._floors[sub_id] = floor if walk_all else max(floor, self._floors.get(sub_id, 0))

@@ -1,0 +1,176 @@
+"""Claim floors (delivery/floors.py): walks of the claim index start past
+the events a transaction left open keeps as garbage, and never past an
+event that may still commit or come back from dead."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from subscriptions.db.connection import Database
+from subscriptions.delivery.claims import Claimer, Target, load_targets, stream_of
+from subscriptions.delivery.floors import Bounds, Look
+
+from conftest import Subs, execute, query, wait_until
+from listening import Listener, insert
+
+LOOKS_TO_RISE = 2  # a first look (no bound yet), a look with a bound
+PAGE_FETCHES = """
+SELECT i.MON$PAGE_FETCHES FROM MON$ATTACHMENTS a JOIN MON$IO_STATS i ON i.MON$STAT_ID = a.MON$STAT_ID
+WHERE a.MON$ATTACHMENT_ID = ?"""
+
+
+def test_the_bound_lags_one_look_and_waits_for_transactions_that_wrote() -> None:
+    bounds = Bounds()
+    assert bounds.after(Look(last_id=10, next_transaction=100, wrote={90: True, 95: False})) == 0
+    # 90 wrote before the first look: nothing is known of its ids while it lasts.
+    assert bounds.after(Look(last_id=20, next_transaction=110, wrote={90: True, 95: False})) == 0
+    # 95 had not written at the look that read 20, so its ids are above the
+    # one read a look earlier (10); 115 started after the look that read 20.
+    assert bounds.after(Look(last_id=30, next_transaction=120, wrote={95: True, 115: True})) == 10
+    assert bounds.after(Look(last_id=40, next_transaction=130, wrote={95: True, 115: True, 125: True})) == 10
+    assert bounds.after(Look(last_id=50, next_transaction=140, wrote={115: True, 135: False})) == 20
+    # Without a transaction that wrote, one look behind the ids handed out.
+    assert bounds.after(Look(last_id=60, next_transaction=150, wrote={135: False})) == 50
+    # One that wrote, older than the last look but not in it: nothing is known.
+    assert bounds.after(Look(last_id=70, next_transaction=160, wrote={107: True})) == 0
+
+
+def items_insert_target(db: Database) -> Target:
+    return next(t for t in load_targets(db) if t.action == "I")
+
+
+def look(claimer: Claimer, times: int = LOOKS_TO_RISE) -> None:
+    for _ in range(times):
+        claimer.raise_floors(now=True)
+
+
+def first_event(settings, target: Target) -> int:
+    return int(query(settings, f"SELECT MIN(EVENT_ID) FROM EVENT_LOG WHERE SUB_ID = {target.sub_id}")[0][0])
+
+
+def page_fetches(db: Database, attachment: int) -> int:
+    with Database(db.settings) as other:
+        return int(other.fetch_value(PAGE_FETCHES, attachment))
+
+
+def test_walks_start_past_what_a_transaction_left_open_keeps(items):
+    """Behind a transaction that only read, 300 handled events stay in the
+    claim index; once the floors rose, a stream's claim passes none of them
+    (the engine's own count of page fetches), and still gets every live
+    event in order."""
+    with Database(items) as reader, Database(items) as db:
+        reader.connection.begin()
+        reader.connection.cursor().execute("SELECT COUNT(*) FROM ITEMS").fetchall()
+        insert(items, 1, 300)
+        target = items_insert_target(db)
+        claimer = Claimer(db, "a:1", 30)
+        handled_ids = [event.id for event in claimer.claim_head([target], 300)]
+        assert claimer.settle_head(stream_of(target), handled_ids) == 300
+        insert(items, 301, 2)
+        attachment = db.fetch_value("SELECT CURRENT_CONNECTION FROM RDB$DATABASE")
+
+        def claim_fetches() -> tuple[list[int], int]:
+            before = page_fetches(db, attachment)
+            claimed = claimer.claim_head([target], 10)
+            claimer.settle_head(stream_of(target), [], release=True)
+            return [int(event.id) for event in claimed], page_fetches(db, attachment) - before
+
+        ids, fetches_from_first_entry = claim_fetches()
+        assert len(ids) == 2
+        look(claimer)
+        assert claimer.floors.after([target.sub_id]) == first_event(items, target) - 1 == ids[0] - 1
+        ids_again, fetches_from_floor = claim_fetches()
+        # The claim walks the stream twice (where its batch stops, then the
+        # batch); each garbage entry passed costs at least a page fetch.
+        assert ids_again == ids and fetches_from_first_entry - fetches_from_floor >= 2 * 300
+
+
+def test_no_floor_passes_an_event_that_may_still_commit(items):
+    """Three transactions log an event while later events are handled and
+    the floors look after each: one wrote before the first look, one was
+    open without writing at a look, one began after a look. Each event is
+    claimed first once it commits, and the floors did rise meanwhile."""
+    with Database(items) as db, Database(items) as early, Database(items) as idle, Database(items) as late:
+        target = items_insert_target(db)
+        claimer = Claimer(db, "a:1", 30)
+
+        def handle(first: int) -> None:
+            for key in range(first, first + 4):
+                insert(items, key, 1)
+                [event] = claimer.claim_head([target], 10)
+                claimer.settle_head(stream_of(target), [event.id])
+                look(claimer, 1)
+
+        def commit_and_claim(writer: Database, key: int) -> None:
+            writer.connection.commit()
+            claimed = claimer.claim_head([target], 10)
+            assert [event_key(event) for event in claimed] == [key]
+            claimer.settle_head(stream_of(target), [event.id for event in claimed])
+
+        early.connection.begin()
+        early.connection.cursor().execute("INSERT INTO ITEMS VALUES (1001, NULL)")
+        idle.connection.begin()
+        idle.connection.cursor().execute("SELECT COUNT(*) FROM ITEMS").fetchall()
+        look(claimer, 2)
+        handle(1)
+        assert claimer.floors.after([target.sub_id]) == 0  # early may still commit its event
+        commit_and_claim(early, 1001)
+        handle(10)
+        assert claimer.floors.after([target.sub_id]) > 1  # past early's event, handled
+        late.connection.begin()
+        late.connection.cursor().execute("INSERT INTO ITEMS VALUES (1003, NULL)")
+        idle.connection.cursor().execute("INSERT INTO ITEMS VALUES (1002, NULL)")
+        handle(20)
+        commit_and_claim(idle, 1002)
+        commit_and_claim(late, 1003)
+
+
+def event_key(event) -> int:
+    decoded, error = event.event()
+    assert error is None
+    return int(decoded.pk["ID"])
+
+
+def test_without_the_rights_to_see_every_transaction_there_are_no_floors(items, make_user):
+    listener_user = make_user("listener")
+    Subs(items).ok("grant", listener_user.user)
+    insert(items, 1, 3)
+    with Database(listener_user) as db:
+        target = items_insert_target(db)
+        claimer = Claimer(db, "a:1", 30)
+        claimer.settle_head(stream_of(target), [event.id for event in claimer.claim_head([target], 10)])
+        insert(items, 4, 1)
+        look(claimer, LOOKS_TO_RISE + 1)
+        assert claimer.floors.after([target.sub_id]) == 0
+        assert [event_key(event) for event in claimer.claim_head([target], 10)] == [4]
+
+
+def started(lines: list[dict], key: int) -> int:
+    return sum(1 for line in lines if line["key"] == key and line["phase"] == "start")
+
+
+@pytest.mark.parametrize("mode", ["ordered", "parallel"])
+def test_a_dead_event_queued_again_is_claimed_though_the_floors_passed_it(items, tmp_path, listeners, mode):
+    """A listener's floors rise past a dead event. Made live by hand, it is
+    passed over by the claims after it (until the walk from the first entry
+    a minute later); queued again by `subs retry`, which posts the requeue
+    event, it is delivered at once."""
+    listener = Listener(items, tmp_path, "--mode", mode, "--poll", "300", "--max-attempts", "1")
+    listeners.append(listener)
+    insert(items, 1, 1, "fail")
+    wait_until(lambda: query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD")[0][0] == 1, 60, "the event to die")
+    (dead_id,) = query(items, "SELECT EVENT_ID FROM EVENT_LOG WHERE DEAD")[0]
+    for key in range(2, 8):  # the floors look every half second while claims go on
+        insert(items, key, 1)
+        listener.wait_for(lambda lines, key=key: started(lines, key) == 1)
+        time.sleep(0.6)
+    execute(items, f"UPDATE EVENT_LOG SET DEAD = FALSE, DEAD_AT = NULL, ATTEMPTS = 0 WHERE EVENT_ID = {dead_id}")
+    insert(items, 10, 1)
+    listener.wait_for(lambda lines: started(lines, 10) == 1)
+    time.sleep(1)
+    assert started(listener.lines(), 1) == 1, "the floors passed it"
+    execute(items, f"UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = EVENT_NOW() WHERE EVENT_ID = {dead_id}")
+    Subs(items).ok("retry", str(dead_id))
+    listener.wait_for(lambda lines: started(lines, 1) == 2, timeout=20)
