@@ -140,7 +140,7 @@ def test_status_and_the_console_name_a_transaction_open_for_long(items, monkeypa
         note = Subs(items).ok("status").splitlines()[-1]
         assert re.fullmatch(
             rf"note: transaction {left_open.id} \(SYSDBA(, .+)?\) has been open for \d+\.\ds: the events handled "
-            r"since it started stay in EVENT_LOG as garbage, and ordered delivery slows down; commit or roll it back",
+            r"since it started stay in EVENT_LOG as garbage, and the log grows with them; commit or roll it back",
             note,
         ), note
         page = console_figures(items)

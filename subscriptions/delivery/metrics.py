@@ -284,7 +284,7 @@ class Metrics:
             "gauge",
             "Seconds the database's oldest active transaction has been the oldest, as seen every minute (0 while "
             "fewer than 1,000 transactions started since): while one stays open, handled events stay in EVENT_LOG "
-            "as garbage and ordered delivery slows down.",
+            "as garbage and the log grows with them.",
         )
         lines.append(f"{_OLDEST} {_number(data['oldest_transaction'])}")
         for key, (name, help_text) in _GAUGES.items():

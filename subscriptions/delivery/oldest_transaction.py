@@ -3,10 +3,11 @@
 While a transaction stays open (a report, a tool's session, an application
 that never commits), the engine cannot collect what later transactions
 deleted: every event handled since it started stays in EVENT_LOG as
-garbage, and the walks of the log (claims, counts) pass over more of it
-with every event handled. On embedded Firebird 5 an ordered drain ran at a
-quarter of its rate once 100,000 events had been handled behind an idle
-transaction (benchmarks, W14), and nothing said why. The supervisor looks every
+garbage, and the walks of the log that cannot start past it (counts, and
+claims where no floor may rise: floors.py) pass over more of it with every
+event handled. Before the floors, an ordered drain on embedded Firebird 5
+ran at a quarter of its rate once 100,000 events had been handled behind
+an idle transaction (benchmarks, W14), and nothing said why. The supervisor looks every
 stats.BACKLOG_INTERVAL; once the same transaction has been the oldest active
 one for OLD_AFTER seconds, with BEHIND transactions or more started since
 (what it keeps grows with them), it warns, again each time that doubled,
@@ -60,8 +61,8 @@ class OldestTransactionWatch:
             log.warning(
                 "transaction %s has been the oldest active one for %s or more, %s transactions ago: while it stays "
                 "open, the events handled since it started stay in EVENT_LOG as garbage the engine cannot collect, "
-                "and ordered delivery slows down as it grows; commit or roll it back (MON$TRANSACTIONS names its "
-                "attachment: MON$TRANSACTION_ID = %s)",
+                "and the log grows with them; commit or roll it back (MON$TRANSACTIONS names its attachment: "
+                "MON$TRANSACTION_ID = %s)",
                 oldest,
                 _minutes(held),
                 f"{self._behind:,}",

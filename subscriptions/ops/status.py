@@ -135,7 +135,7 @@ class OpenTransaction:
         holder = self.user + (f", {self.process}" if self.process else "")
         return (
             f"transaction {self.id} ({holder}) has been open for {describe_age(self.seconds)}: the events handled "
-            "since it started stay in EVENT_LOG as garbage, and ordered delivery slows down; commit or roll it back"
+            "since it started stay in EVENT_LOG as garbage, and the log grows with them; commit or roll it back"
         )
 
 
