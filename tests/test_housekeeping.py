@@ -376,12 +376,12 @@ def claims_while_rebuilding(settings: ConnectionSettings) -> None:
         with AnotherListenerRebuilding(settings, every=0.02) as other:
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
-                claimer.ready()
+                claimer.ready(list(targets))
                 events = claimer.claim(targets, 20)
                 handled += settled(lambda: claimer.ack([e.id for e in events[:10]], {e.span for e in events}))
         insert(settings, 10_001, 10)
         conflicts = claimer.conflicts
-        claimer.ready()
+        claimer.ready(list(targets))
         events = claimer.claim(targets, 10)
         assert len(events) == 10 and claimer.conflicts == conflicts, "statements prepared before a rebuild"
     assert other.rebuilds >= 10 and handled >= 100, (other.rebuilds, handled)
