@@ -13,11 +13,12 @@ events numbered below it later. Every ``EVERY`` seconds the claimer reads
 the last id handed out, then MON$: the active transactions, and whether
 each has written a row yet. A captured change writes the application's
 row before its trigger numbers the event, so a transaction that had not
-written at one look numbers its events after the id read before that
-look, and so does one that started after it. The floor is then the
-lowest of each subscription's first live event and that bound over the
-transactions that have written (the transaction left open only read, so
-it holds nothing back).
+written at one look numbers its events above the id read then, and so
+does one that started after it; the bound takes the id of the look before
+(Bounds.after says why). The floor is then the lower of each
+subscription's first live event and that bound over the transactions
+that have written (a transaction left open that only read holds nothing
+back).
 
 Events given back from dead (``subs retry``, the console) keep their old
 ids: they post REQUEUED_EVENT, on which the worker calls ``reset``. What
