@@ -9,8 +9,9 @@ import time
 import pytest
 
 from subscriptions.db.connection import Database
+from subscriptions.delivery import floors
 from subscriptions.delivery.claims import Claimer, Target, load_targets, stream_of
-from subscriptions.delivery.floors import Bounds, Look
+from subscriptions.delivery.floors import Bounds, Floors, Look
 
 from conftest import Subs, execute, query, wait_until
 from listening import Listener, insert
@@ -35,6 +36,26 @@ def test_the_bound_lags_one_look_and_waits_for_transactions_that_wrote() -> None
     assert bounds.after(Look(last_id=60, next_transaction=150, wrote={135: False})) == 50
     # One that wrote, older than the last look but not in it: nothing is known.
     assert bounds.after(Look(last_id=70, next_transaction=160, wrote={107: True})) == 0
+
+
+def test_looks_that_take_long_are_spaced_out(monkeypatch) -> None:
+    """A look's MON$ snapshot takes longer the more attachments there are
+    (15 ms with 200 on fb5 and fb3): looks then come less often than EVERY,
+    so they take at most LOOK_SHARE of the claimer's time."""
+    clock = [100.0]
+    monkeypatch.setattr(floors.time, "monotonic", lambda: clock[0])
+    looks = Floors()
+    looks.usable = True
+
+    def slow_look(cursor) -> None:
+        clock[0] += 0.03
+
+    monkeypatch.setattr(looks, "_look", slow_look)
+    looks.refresh(cursor=None)
+    clock[0] += 0.03 / floors.LOOK_SHARE - 0.04  # measured from the look's start
+    assert not looks.due()
+    clock[0] += 0.02
+    assert looks.due()
 
 
 def items_insert_target(db: Database) -> Target:

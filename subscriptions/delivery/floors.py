@@ -9,7 +9,8 @@ event and never will have one; claims and probes walk from there.
 
 The first live event we see is not enough: events are numbered when they
 are logged, not when they commit, so a transaction still open may commit
-events numbered below it later. Every ``EVERY`` seconds the claimer reads
+events numbered below it later. Every ``EVERY`` seconds (longer where a
+look would take more than LOOK_SHARE of the time) the claimer reads
 the last id handed out, then MON$: the active transactions, and whether
 each has written a row yet. A captured change writes the application's
 row before its trigger numbers the event, so a transaction that had not
@@ -43,7 +44,10 @@ from subscriptions.db import sql
 
 log = logging.getLogger("subs.worker")
 
-EVERY = 0.5  # seconds between two refreshes
+EVERY = 0.5  # seconds between two refreshes, at least
+# At most this share of the claimer's time goes to looks: a MON$ snapshot
+# takes longer the more attachments the database has.
+LOOK_SHARE = 0.02
 WALK_ALL_EVERY = 60.0  # seconds between two refreshes that walk from the first entry
 CHUNK = 300  # subscriptions per first_live statement: its two lists' VARCHAR(8000)
 
@@ -106,6 +110,7 @@ class Floors:
         self._generator: str | None = None
         self.usable: bool | None = None  # this user may see every transaction; None: not asked yet
         self._refreshed_at = -math.inf
+        self._pause = EVERY
         self._walked_all_at = -math.inf
 
     def after(self, sub_ids: Iterable[int]) -> int:
@@ -129,7 +134,7 @@ class Floors:
         self._walked_all_at = -math.inf
 
     def due(self) -> bool:
-        return self.usable is not False and time.monotonic() - self._refreshed_at >= EVERY
+        return self.usable is not False and time.monotonic() - self._refreshed_at >= self._pause
 
     def ask_rights(self, cursor: Cursor) -> None:
         """Whether MON$ shows us every transaction (``usable``), in a
@@ -148,6 +153,12 @@ class Floors:
         transaction: READ COMMITTED and new, so that its first MON$ read
         takes the snapshot after last_id was read."""
         self._refreshed_at = time.monotonic()
+        try:
+            self._look(cursor)
+        finally:
+            self._pause = max(EVERY, (time.monotonic() - self._refreshed_at) / LOOK_SHARE)
+
+    def _look(self, cursor: Cursor) -> None:
         statements = sql.load("floors")
         if not self.usable or not self._known:
             return
