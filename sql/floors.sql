@@ -9,8 +9,15 @@
 SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR CURRENT_ROLE = 'RDB$ADMIN'
 FROM MON$DATABASE d;
 
+-- name: sees_every_transaction_fb4
+-- The same on Firebird 4 and later, where a role with the system privilege
+-- MONITOR_ANY_ATTACHMENT (RDB$ADMIN has them all) sees them too.
+SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR RDB$SYSTEM_PRIVILEGE(MONITOR_ANY_ATTACHMENT)
+FROM MON$DATABASE d;
+
 -- name: id_generator
--- The generator that numbers events (EVENT_LOG.EVENT_ID's identity).
+-- The generator that numbers events (EVENT_LOG.EVENT_ID's identity); a
+-- listener of its own user reads it with `subs grant`'s USAGE right.
 SELECT TRIM(RDB$GENERATOR_NAME) FROM RDB$RELATION_FIELDS
 WHERE RDB$RELATION_NAME = 'EVENT_LOG' AND RDB$FIELD_NAME = 'EVENT_ID';
 

@@ -21,6 +21,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON EVENT_SPAN TO {grantee};
 -- name: span_ids
 GRANT USAGE ON SEQUENCE EVENT_SPAN_IDS TO {grantee};
 
+-- name: event_ids
+-- Claim floors read the last event id handed out (floors.sql); {generator}
+-- is EVENT_LOG.EVENT_ID's identity generator, named by the engine.
+GRANT USAGE ON GENERATOR {generator} TO {grantee};
+
 -- name: database_id
 -- Events leaving the database carry its id; the first listener makes it.
 GRANT SELECT, INSERT ON EVENT_DATABASE TO {grantee};

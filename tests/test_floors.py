@@ -13,7 +13,7 @@ from subscriptions.delivery import floors
 from subscriptions.delivery.claims import Claimer, Target, load_targets, stream_of
 from subscriptions.delivery.floors import Bounds, Floors, Look
 
-from conftest import Subs, execute, query, wait_until
+from conftest import EMBEDDED, Subs, execute, query, wait_until
 from listening import Listener, insert
 
 LOOKS_TO_RISE = 2  # a first look (no bound yet), a look with a bound
@@ -60,6 +60,11 @@ def test_looks_that_take_long_are_spaced_out(monkeypatch) -> None:
 
 def items_insert_target(db: Database) -> Target:
     return next(t for t in load_targets(db) if t.action == "I")
+
+
+def items_insert_target_of(settings) -> Target:
+    with Database(settings) as db:
+        return items_insert_target(db)
 
 
 def look(claimer: Claimer, times: int = LOOKS_TO_RISE) -> None:
@@ -170,6 +175,43 @@ def test_without_the_rights_to_see_every_transaction_there_are_no_floors(items, 
 
 def started(lines: list[dict], key: int) -> int:
     return sum(1 for line in lines if line["key"] == key and line["phase"] == "start")
+
+
+@pytest.mark.parametrize("engine", [EMBEDDED])  # Firebird 3 has no system privileges
+def test_a_listener_user_with_a_monitoring_role_has_floors(items, make_user):
+    """On Firebird 4 and later a role with the system privilege
+    MONITOR_ANY_ATTACHMENT, the user's default role, shows MON$ every
+    transaction (docs/OPERATIONS.md, "Users and rights"); the floors also
+    read the event ids' generator, which `subs grant` lets it use. Without
+    that right, a look gives the floors up instead of failing the claims."""
+    listener_user = make_user("listener")
+    Subs(items).ok("grant", listener_user.user)
+    execute(items, "CREATE ROLE SUBS_MONITOR SET SYSTEM PRIVILEGES TO MONITOR_ANY_ATTACHMENT")
+    execute(items, f"GRANT DEFAULT SUBS_MONITOR TO USER {listener_user.user}")
+    insert(items, 1, 3)
+
+    def claims_after_looks() -> int:
+        with Database(listener_user) as db:
+            target = items_insert_target(db)
+            claimer = Claimer(db, "a:1", 30)
+            claimed = claimer.claim_head([target], 10)
+            claimer.settle_head(stream_of(target), [event.id for event in claimed])
+            insert(items, 100 + len(claimed), 1)
+            look(claimer)
+            floor_after = claimer.floors.after([target.sub_id])
+            assert len(claimer.claim_head([target], 10)) == 1
+            claimer.settle_head(stream_of(target), [], release=True)
+            return floor_after
+
+    (generator,) = query(
+        items,
+        "SELECT TRIM(RDB$GENERATOR_NAME) FROM RDB$RELATION_FIELDS "
+        "WHERE RDB$RELATION_NAME = 'EVENT_LOG' AND RDB$FIELD_NAME = 'EVENT_ID'",
+    )[0]
+    execute(items, f'REVOKE USAGE ON GENERATOR "{generator}" FROM USER {listener_user.user}')
+    assert claims_after_looks() == 0
+    Subs(items).ok("grant", listener_user.user)
+    assert claims_after_looks() == first_event(items, items_insert_target_of(items)) - 1 > 0
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])

@@ -33,7 +33,7 @@ from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, fetch_all, nowait_tpb, read_only_tpb, waiting_tpb
-from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
+from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line, index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
@@ -208,9 +208,15 @@ class Claimer:
     def raise_floors(self, now: bool = False) -> None:
         """Refresh the floors the walks start at, when it is time to (or ``now``)."""
         if self.floors.usable is None:
-            self._run(self.floors.ask_rights, tpb=read_only_tpb())
+            engine_major = self.db.engine_version[0]
+            self._run(lambda cursor: self.floors.ask_rights(cursor, engine_major), tpb=read_only_tpb())
         if now or self.floors.due():
-            self._run(self.floors.refresh, tpb=read_only_tpb())
+            try:
+                self._run(self.floors.refresh, tpb=read_only_tpb())
+            except DatabaseError as exc:
+                if NO_PRIVILEGE not in codes(exc):
+                    raise
+                self.floors.give_up(f"{first_line(exc)} (`subs grant` gives it)")
 
     def _claim(
         self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target], stream: Stream | None = None

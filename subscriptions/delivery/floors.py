@@ -26,8 +26,10 @@ ids: they post REQUEUED_EVENT, on which the worker calls ``reset``. What
 no rule foresees (a transaction in limbo, an event revived by hand) waits
 at most WALK_ALL_EVERY: then the refresh walks from each subscription's
 first entry. Without the MON$ rights to see every transaction (SYSDBA,
-the owner or RDB$ADMIN) there are no floors, and walks start at the first
-entry as before.
+the owner, RDB$ADMIN, or on Firebird 4 and later the system privilege
+MONITOR_ANY_ATTACHMENT) or the right to read the event ids' generator
+(`subs grant`) there are no floors, and walks start at the first entry as
+before.
 """
 
 from __future__ import annotations
@@ -136,17 +138,26 @@ class Floors:
     def due(self) -> bool:
         return self.usable is not False and time.monotonic() - self._refreshed_at >= self._pause
 
-    def ask_rights(self, cursor: Cursor) -> None:
+    def ask_rights(self, cursor: Cursor, engine_major: int) -> None:
         """Whether MON$ shows us every transaction (``usable``), in a
         transaction of its own: its MON$ read takes a snapshot."""
-        cursor.execute(sql.load("floors")["sees_every_transaction"])
+        statements = sql.load("floors")
+        cursor.execute(statements["sees_every_transaction" if engine_major < 4 else "sees_every_transaction_fb4"])
         self.usable = bool(cursor.fetchone()[0])
         if not self.usable:
-            log.info(
-                "this user may not see every transaction in MON$ (SYSDBA, the database's owner and RDB$ADMIN "
-                "can): claims walk each subscription's events from its first, and are slower behind a "
-                "transaction left open"
+            self.give_up(
+                "this user may not see every transaction in MON$ (SYSDBA, the database's owner and RDB$ADMIN can, "
+                "and on Firebird 4 and later a role with MONITOR_ANY_ATTACHMENT)"
             )
+
+    def give_up(self, why: str) -> None:
+        """No floors on this attachment, for ``why``."""
+        self.usable = False
+        self._floors.clear()
+        log.info(
+            "%s: claims walk each subscription's events from its first, and are slower behind a transaction left open",
+            why,
+        )
 
     def refresh(self, cursor: Cursor) -> None:
         """Look at the database and raise the floors, in ``cursor``'s

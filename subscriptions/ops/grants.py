@@ -39,5 +39,7 @@ def regrant_listeners(db: Database) -> list[str]:
 
 
 def _grant(cursor: Cursor, kind: str, name: str) -> None:
+    cursor.execute(sql.load("floors")["id_generator"])
+    (generator,) = cursor.fetchone()
     for statement in sql.load("grants").values():
-        cursor.execute(sql.with_grantee(statement, kind, name))
+        cursor.execute(sql.with_identifiers(sql.with_grantee(statement, kind, name), generator=generator))
