@@ -103,8 +103,7 @@ BEGIN
     BEGIN
         {{next_id}};
         THE_SUB = ID;
-        AFTER = CAST(LEFT(AFTERS, POSITION(',' IN AFTERS) - 1) AS BIGINT);
-        AFTERS = SUBSTRING(AFTERS FROM POSITION(',' IN AFTERS) + 1);
+        {{next_after}};
         LOCKED = FALSE;
         BUSY = FALSE;
         HELD_FIRST = NULL;
@@ -223,8 +222,7 @@ DECLARE AFTER BIGINT;
 BEGIN
     AFTERS = AFTERS || ',';
     {{each_id}};
-        AFTER = CAST(LEFT(AFTERS, POSITION(',' IN AFTERS) - 1) AS BIGINT);
-        AFTERS = SUBSTRING(AFTERS FROM POSITION(',' IN AFTERS) + 1);
+        {{next_after}};
         FOR SELECT s.SUB_ID FROM EVENT_SUBSCRIBER s
             WHERE s.SUB_ID = :ID AND NOT s.PAUSED
               AND (SELECT FIRST 1 (E.NEXT_ATTEMPT_AT IS NULL OR E.NEXT_ATTEMPT_AT <= EVENT_NOW()) AND NOT {{in_span}}
@@ -448,6 +446,11 @@ BEGIN
 -- Takes the first id off IDS (which ends with a comma) into ID.
 ID = CAST(LEFT(IDS, POSITION(',' IN IDS) - 1) AS BIGINT);
 IDS = SUBSTRING(IDS FROM POSITION(',' IN IDS) + 1);
+
+-- name: next_after
+-- Takes the first id off AFTERS (which ends with a comma) into AFTER.
+AFTER = CAST(LEFT(AFTERS, POSITION(',' IN AFTERS) - 1) AS BIGINT);
+AFTERS = SUBSTRING(AFTERS FROM POSITION(',' IN AFTERS) + 1);
 
 -- ack and release_spans act on a batch: IDS is its event (span) ids as one
 -- comma-separated parameter (binding a hundred parameters cost the client

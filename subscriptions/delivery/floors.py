@@ -80,9 +80,8 @@ class Bounds:
         out: an insert that took its id just before last_id was read may
         show its row in the statistics only after the snapshot."""
         previous = self._previous
-        if previous is None:
+        if previous is None:  # nothing is known of what was numbered before
             self._previous = look
-            self._numbered_above = {transaction: 0 for transaction in look.wrote}
             return 0
         bound = previous.last_id
         numbered_above: dict[int, int] = {}
