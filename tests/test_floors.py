@@ -4,9 +4,14 @@ event that may still commit or come back from dead."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
+from firebird.driver import DatabaseError
 
 from subscriptions.db.connection import Database
 from subscriptions.delivery import floors
@@ -53,9 +58,9 @@ def test_looks_that_take_long_are_spaced_out(monkeypatch) -> None:
     monkeypatch.setattr(looks, "_look", slow_look)
     looks.refresh(cursor=None)
     clock[0] += 0.03 / floors.LOOK_SHARE - 0.04  # measured from the look's start
-    assert not looks.due()
+    assert looks.until_due() == pytest.approx(0.01)
     clock[0] += 0.02
-    assert looks.due()
+    assert looks.until_due() == 0
 
 
 def items_insert_target(db: Database) -> Target:
@@ -69,7 +74,7 @@ def items_insert_target_of(settings) -> Target:
 
 def look(claimer: Claimer, times: int = LOOKS_TO_RISE) -> None:
     for _ in range(times):
-        claimer.raise_floors(now=True)
+        floors.look(claimer.db, claimer.floors)
 
 
 def first_event(settings, target: Target) -> int:
@@ -171,6 +176,118 @@ def test_without_the_rights_to_see_every_transaction_there_are_no_floors(items, 
         look(claimer, LOOKS_TO_RISE + 1)
         assert claimer.floors.after([target.sub_id]) == 0
         assert [event_key(event) for event in claimer.claim_head([target], 10)] == [4]
+
+
+@pytest.fixture
+def raising(items) -> Iterator[tuple[Floors, list[Database]]]:
+    """Floors raised by keep_raising on a thread, as a listener's claimer
+    has them, and the attachments it made."""
+    looks, stop, attachments = Floors(), threading.Event(), []
+
+    def attach() -> Database:
+        attachments.append(Database(items))
+        return attachments[-1]
+
+    thread = threading.Thread(target=floors.keep_raising, args=(looks, attach, stop), daemon=True)
+    thread.start()
+    yield looks, attachments
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def claim_and_settle(claimer: Claimer, target: Target) -> list[int]:
+    claimed = claimer.claim_head([target], 10)
+    claimer.settle_head(stream_of(target), [event.id for event in claimed], release=True)
+    return [event_key(event) for event in claimed]
+
+
+def test_claims_go_on_while_a_look_waits(items, raising, monkeypatch):
+    """After another process's SIGKILL a MON$ query on the embedded engine
+    can wait in the engine for minutes (tests/SOAK-NOTES.md, finding 8).
+    Looks run on a thread and an attachment of their own: claims go on
+    meanwhile, and the floors rise once the looks do."""
+    looks, attachments = raising
+    waiting, release = threading.Event(), threading.Event()
+    refresh = looks.refresh
+
+    def stuck(cursor) -> None:
+        waiting.set()
+        release.wait(30)
+        refresh(cursor)
+
+    monkeypatch.setattr(looks, "refresh", stuck)
+    insert(items, 1, 3)
+    with Database(items) as db:
+        target = items_insert_target(db)
+        claimer = Claimer(db, "a:1", 30, floors=looks)
+        assert claim_and_settle(claimer, target) == [1, 2, 3]
+        assert waiting.wait(10), "the claim wanted a look"
+        insert(items, 4, 2)
+        assert claim_and_settle(claimer, target) == [4, 5]
+        assert looks.after([target.sub_id]) == 0
+        release.set()
+
+        keys = itertools.count(100)
+
+        def risen() -> bool:
+            insert(items, next(keys), 1)
+            claim_and_settle(claimer, target)
+            return looks.after([target.sub_id]) > 0
+
+        wait_until(risen, 20, "the floors to rise")
+    assert len(attachments) == 1
+
+
+def test_a_reset_during_a_look_leaves_the_floors_to_the_next_look(items, monkeypatch):
+    """The worker resets the floors when dead events are queued again, with
+    their old ids, maybe while a look walks past them: that look's floors
+    are dropped, and the next one walks from the first entries."""
+    insert(items, 1, 3)
+    with Database(items) as db:
+        target = items_insert_target(db)
+        claimer = Claimer(db, "a:1", 30)
+        claim_and_settle(claimer, target)
+        insert(items, 4, 1)
+        look(claimer, 1)
+        bound_after = Bounds.after
+
+        def reset_meanwhile(bounds: Bounds, seen: Look) -> int:
+            claimer.floors.reset()
+            return bound_after(bounds, seen)
+
+        monkeypatch.setattr(Bounds, "after", reset_meanwhile)
+        look(claimer, 1)
+        assert claimer.floors.after([target.sub_id]) == 0
+        monkeypatch.undo()
+        look(claimer, 1)
+        assert claimer.floors.after([target.sub_id]) == first_event(items, target) - 1 > 0
+
+
+def test_a_failed_look_is_warned_of_once_and_tried_again(items, caplog):
+    """A look that fails leaves the floors as they are (they stay true);
+    its thread warns once, not at every try, and attaches again."""
+    failures = [DatabaseError("the database went away"), DatabaseError("the database went away")]
+    looks, stop = Floors(), threading.Event()
+
+    def attach() -> Database:
+        if failures:
+            raise failures.pop()
+        return Database(items)
+
+    insert(items, 1, 1)
+    with Database(items) as db:
+        target = items_insert_target(db)
+        claim_and_settle(Claimer(db, "a:1", 30), target)  # the floors rise past it
+    thread = threading.Thread(target=floors.keep_raising, args=(looks, attach, stop), daemon=True)
+    with caplog.at_level(logging.INFO, logger="subs.worker"):
+        thread.start()
+        wait_until(lambda: looks.after([target.sub_id]) > 0, 20, "the floors to rise")
+        stop.set()
+        thread.join(10)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["could not look for the claim floors: the database went away; trying again"]
+    assert not thread.is_alive()
 
 
 def started(lines: list[dict], key: int) -> int:

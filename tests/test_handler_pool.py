@@ -27,22 +27,23 @@ from soak_chaos import py_spy_dump
 TAGGED = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_WORKER'"
 
 
-def test_a_listener_holds_two_attachments_whatever_its_workers(items, tmp_path, listeners):
-    """Claims and settling on one attachment, lease renewal on another: the
-    handler processes hold none unless a transactional handler runs there."""
+def test_a_listener_holds_three_attachments_whatever_its_workers(items, tmp_path, listeners):
+    """Claims and settling on one attachment, lease renewal on another, the
+    claim floors' looks on a third: the handler processes hold none unless
+    a transactional handler runs there."""
     listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "4", "--poll", "0.5")
     listeners.append(listener)
     insert(items, 1, 40)
     listener.wait_for(lambda lines: len(handled(lines)) == 40)
-    # The lease renewal attaches beside the claims: it can come after them.
-    wait_until(lambda: query(items, TAGGED) == [(2,)], 10, "the claimer's two attachments")
-    assert query(items, TAGGED) == [(2,)]
+    # Lease renewal and looks attach beside the claims: they can come after them.
+    wait_until(lambda: query(items, TAGGED) == [(3,)], 10, "the claimer's three attachments")
+    assert query(items, TAGGED) == [(3,)]
 
     Subs(items).ok("add", "items", "I", "audit")
     insert(items, 41, 1)
     listener.wait_for(lambda lines: len(handled(lines)) == 41)
     wait_until(lambda: query(items, "SELECT ITEM_ID FROM AUDIT") == [(41,)], 30, "the audit row")
-    assert query(items, TAGGED) == [(3,)], "the transactional handler's process attached once"
+    assert query(items, TAGGED) == [(4,)], "the transactional handler's process attached once"
 
 
 # The attachments a listener's handler processes made (tagged with their

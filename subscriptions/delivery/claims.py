@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 from firebird.driver import Cursor, DatabaseError, Statement
 
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, fetch_all, nowait_tpb, read_only_tpb, waiting_tpb
-from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line, index_was_rebuilt, is_conflict, is_connection_lost
+from subscriptions.db.connection import Database, fetch_all, nowait_tpb, waiting_tpb
+from subscriptions.db.errors import index_was_rebuilt, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff, retrying
 
 from .claimed import Claimed
@@ -112,7 +112,11 @@ def load_targets(db: Database) -> list[Target]:
 class Claimer:
     """Claims and settles events for one owner (a worker process)."""
 
-    def __init__(self, db: Database, owner: str, lease_seconds: float, key_order: bool = False) -> None:
+    def __init__(
+        self, db: Database, owner: str, lease_seconds: float, key_order: bool = False, floors: Floors | None = None
+    ) -> None:
+        """``floors``: where walks start, raised by the caller's looks
+        (floors.keep_raising); without them, from each first entry."""
         self.db = db
         self.owner = owner
         self.lease_ms = int(lease_seconds * 1000)
@@ -126,7 +130,7 @@ class Claimer:
         self._claimed_up_to: dict[int, int] = {}
         self._last_claim_full = False
         self._walked_all_at = -math.inf
-        self.floors = Floors()
+        self.floors = floors or Floors()
         self._sql = sql.load("claims")
         self._max_bytes = int(self._sql["max_claim_bytes"])
         self._prepared: dict[str, Statement] = {}
@@ -205,19 +209,6 @@ class Claimer:
             )
         return claimed
 
-    def raise_floors(self, now: bool = False) -> None:
-        """Refresh the floors the walks start at, when it is time to (or ``now``)."""
-        if self.floors.usable is None:
-            engine_major = self.db.engine_version[0]
-            self._run(lambda cursor: self.floors.ask_rights(cursor, engine_major), tpb=read_only_tpb())
-        if now or self.floors.due():
-            try:
-                self._run(self.floors.refresh, tpb=read_only_tpb())
-            except DatabaseError as exc:
-                if NO_PRIVILEGE not in codes(exc):
-                    raise
-                self.floors.give_up(f"{first_line(exc)} (`subs grant` gives it)")
-
     def _claim(
         self, claim: Callable[[Cursor], list[tuple[Any, ...]]], targets: dict[int, Target], stream: Stream | None = None
     ) -> list[Claimed]:
@@ -263,7 +254,6 @@ class Claimer:
         (floors.py) again and find what came back that the caller cannot
         know of (a transaction that committed late with lower event ids, the
         spans of a claimer that died or gave events back)."""
-        self.raise_floors()
         sub_ids = sorted(targets)
         turn = self._turns % len(sub_ids) if sub_ids else 0
         self._turns += 1
@@ -312,7 +302,6 @@ class Claimer:
         """The subscriptions of ``among`` whose first live event could be
         claimed now: the streams an ordered drain claims (claim_head
         decides)."""
-        self.raise_floors()
         sub_ids = sorted(among)
 
         def probe(cursor: Cursor) -> set[int]:
@@ -333,7 +322,6 @@ class Claimer:
         carry max_claim_bytes (claims.sql). Settle them with ``settle_head``."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
-        self.raise_floors()
         after = self.floors.after(known)
 
         def head(cursor: Cursor) -> list[tuple[Any, ...]]:
@@ -353,7 +341,6 @@ class Claimer:
         last."""
         table, tag = stream_of(stream[0])
         known = {target.sub_id: target for target in stream}
-        self.raise_floors()
         floor_after = self.floors.after(known)
 
         def following(cursor: Cursor) -> list[tuple[Any, ...]]:

@@ -9,10 +9,10 @@ event and never will have one; claims and probes walk from there.
 
 The first live event we see is not enough: events are numbered when they
 are logged, not when they commit, so a transaction still open may commit
-events numbered below it later. Every ``EVERY`` seconds (longer where a
-look would take more than LOOK_SHARE of the time) the claimer reads
-the last id handed out, then MON$: the active transactions, and whether
-each has written a row yet. A captured change writes the application's
+events numbered below it later. Every ``EVERY`` seconds while claims
+walk (longer where a look would take more than LOOK_SHARE of the time) a
+look reads the last id handed out, then MON$: the active transactions,
+and whether each has written a row yet. A captured change writes the application's
 row before its trigger numbers the event, so a transaction that had not
 written at one look numbers its events above the id read then, and so
 does one that started after it; the bound takes the id of the look before
@@ -20,6 +20,12 @@ does one that started after it; the bound takes the id of the look before
 subscription's first live event and that bound over the transactions
 that have written (a transaction left open that only read holds nothing
 back).
+
+Looks run on a thread and an attachment of their own (``keep_raising``):
+on the embedded engine a MON$ query can wait in the engine for minutes
+after another process of the database was killed (tests/SOAK-NOTES.md,
+finding 8), and claims must not wait with it. A floor stays true however
+late the next look comes, so claims go on from the last ones.
 
 Events given back from dead (``subs retry``, the console) keep their old
 ids: they post REQUEUED_EVENT, on which the worker calls ``reset``. What
@@ -34,21 +40,26 @@ before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from firebird.driver import Cursor
+from firebird.driver import Cursor, DatabaseError
 
 from subscriptions.db import sql
+from subscriptions.db.connection import Database, read_only_tpb
+from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
+from subscriptions.errors import SubsError
 
 log = logging.getLogger("subs.worker")
 
 EVERY = 0.5  # seconds between two refreshes, at least
-# At most this share of the claimer's time goes to looks: a MON$ snapshot
-# takes longer the more attachments the database has.
+# At most this share of the time goes to looks: a MON$ snapshot takes
+# longer the more attachments the database has.
 LOOK_SHARE = 0.02
 WALK_ALL_EVERY = 60.0  # seconds between two refreshes that walk from the first entry
 CHUNK = 300  # subscriptions per first_live statement: its two lists' VARCHAR(8000)
@@ -102,11 +113,15 @@ class Bounds:
 
 
 class Floors:
-    """The floors of the subscriptions one claimer walks."""
+    """The floors of the subscriptions one claimer walks: read by its
+    claims, raised by looks on another thread (``keep_raising``)."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._floors: dict[int, int] = {}
         self._known: set[int] = set()
+        self._resets = 0  # a look that began before a reset leaves the floors alone
+        self.wanted = threading.Event()  # a claim walked from the floors since the last look
         self._bounds = Bounds()
         self._generator: str | None = None
         self.usable: bool | None = None  # this user may see every transaction; None: not asked yet
@@ -118,10 +133,12 @@ class Floors:
         """The id after which walks over ``sub_ids`` start: one below the
         lowest of their floors (0: from the first entry)."""
         lowest = None
-        for sub_id in sub_ids:
-            self._known.add(sub_id)
-            floor = self._floors.get(sub_id, 0)
-            lowest = floor if lowest is None else min(lowest, floor)
+        with self._lock:
+            for sub_id in sub_ids:
+                self._known.add(sub_id)
+                floor = self._floors.get(sub_id, 0)
+                lowest = floor if lowest is None else min(lowest, floor)
+        self.wanted.set()
         return max((lowest or 0) - 1, 0)
 
     def each_after(self, sub_ids: Sequence[int]) -> list[int]:
@@ -131,11 +148,14 @@ class Floors:
     def reset(self) -> None:
         """Walk from the first entries again: events came back from dead
         with ids below the floors, or a look may have been missed."""
-        self._floors.clear()
-        self._walked_all_at = -math.inf
+        with self._lock:
+            self._floors.clear()
+            self._resets += 1
+            self._walked_all_at = -math.inf
 
-    def due(self) -> bool:
-        return self.usable is not False and time.monotonic() - self._refreshed_at >= self._pause
+    def until_due(self) -> float:
+        """Seconds until the next look may start."""
+        return max(self._refreshed_at + self._pause - time.monotonic(), 0.0)
 
     def ask_rights(self, cursor: Cursor, engine_major: int) -> None:
         """Whether MON$ shows us every transaction (``usable``), in a
@@ -152,7 +172,8 @@ class Floors:
     def give_up(self, why: str) -> None:
         """No floors on this attachment, for ``why``."""
         self.usable = False
-        self._floors.clear()
+        with self._lock:
+            self._floors.clear()
         log.info(
             "%s: claims walk each subscription's events from its first, and are slower behind a transaction left open",
             why,
@@ -170,7 +191,10 @@ class Floors:
 
     def _look(self, cursor: Cursor) -> None:
         statements = sql.load("floors")
-        if not self.usable or not self._known:
+        with self._lock:
+            resets, sub_ids, floors = self._resets, sorted(self._known), dict(self._floors)
+            walk_all = time.monotonic() - self._walked_all_at >= WALK_ALL_EVERY
+        if not self.usable or not sub_ids:
             return
         if self._generator is None:
             cursor.execute(statements["id_generator"])
@@ -182,22 +206,76 @@ class Floors:
         cursor.execute(statements["transactions"])
         wrote = {int(transaction): bool(written) for transaction, written in cursor.fetchall()}
         bound = self._bounds.after(Look(last_id, next_transaction, wrote))
-        if not bound:
-            # Nothing is known of some transaction's events: one that wrote
-            # before our first look, or (short of a MON$ fault) one that had
-            # not shown at the look before.
-            self._floors.clear()
-            return
-        walk_all = time.monotonic() - self._walked_all_at >= WALK_ALL_EVERY
-        if walk_all:
-            self._walked_all_at = time.monotonic()
-        sub_ids = sorted(self._known)
-        for start in range(0, len(sub_ids), CHUNK):
-            chunk = sub_ids[start : start + CHUNK]
-            froms = [0 if walk_all else self._floors.get(sub_id, 0) for sub_id in chunk]
-            cursor.execute(statements["first_live"], (sql.id_list(chunk), sql.id_list(froms)))
-            for sub_id, first_live in cursor.fetchall():
-                floor = bound + 1 if first_live is None else min(int(first_live), bound + 1)
+        raised: dict[int, int] = {}
+        if bound:
+            for start in range(0, len(sub_ids), CHUNK):
+                chunk = sub_ids[start : start + CHUNK]
+                froms = [0 if walk_all else floors.get(sub_id, 0) for sub_id in chunk]
+                cursor.execute(statements["first_live"], (sql.id_list(chunk), sql.id_list(froms)))
+                for sub_id, first_live in cursor.fetchall():
+                    raised[sub_id] = bound + 1 if first_live is None else min(int(first_live), bound + 1)
+        with self._lock:
+            if resets != self._resets:
+                return  # what this look walked past may have come back since
+            if not bound:
+                # Nothing is known of some transaction's events: one that wrote
+                # before our first look, or (short of a MON$ fault) one that had
+                # not shown at the look before.
+                if self._floors:
+                    log.debug("claim floors cleared: a transaction wrote before it could be seen not to")
+                self._floors.clear()
+                return
+            if walk_all:
+                self._walked_all_at = self._refreshed_at
+            for sub_id, floor in raised.items():
                 # A floor stays true until reset (nothing is numbered below
                 # it), unless a walk from the first entry finds otherwise.
                 self._floors[sub_id] = floor if walk_all else max(floor, self._floors.get(sub_id, 0))
+
+
+def look(db: Database, floors: Floors) -> None:
+    """One look on ``db`` at the database, asking first whether this user
+    may see every transaction. A look refused the generator (`subs grant`
+    gives it) gives the floors up; claims go on without them."""
+    if floors.usable is None:
+        engine_major = db.engine_version[0]
+        db.run(lambda cursor: floors.ask_rights(cursor, engine_major), tpb=read_only_tpb())
+    if not floors.usable:
+        return
+    try:
+        db.run(floors.refresh, tpb=read_only_tpb())
+    except DatabaseError as exc:
+        if NO_PRIVILEGE not in codes(exc):
+            raise
+        floors.give_up(f"{first_line(exc)} (`subs grant` gives it)")
+
+
+def keep_raising(floors: Floors, attach: Callable[[], Database], stop: threading.Event) -> None:
+    """Floors thread: look every EVERY seconds or more while claims walk
+    from the floors, on an attachment of its own; ends when ``stop`` is set
+    or the floors are given up. A failed look is warned of once, then tried
+    again on a new attachment: the floors stay as they were meanwhile."""
+    db: Database | None = None
+    failing = False
+    while not stop.is_set() and floors.usable is not False:
+        if not floors.wanted.wait(EVERY) or stop.wait(floors.until_due()):
+            continue
+        floors.wanted.clear()
+        try:
+            db = db or attach()
+            look(db, floors)
+            failing = False
+        except (DatabaseError, SubsError) as exc:
+            if not failing:
+                log.warning("could not look for the claim floors: %s; trying again", first_line(exc))
+            failing = True
+            _close(db)
+            db = None
+    _close(db)
+
+
+def _close(db: Database | None) -> None:
+    """Close ``db``, if any, whatever state its attachment is in."""
+    if db is not None:
+        with contextlib.suppress(DatabaseError):
+            db.close()

@@ -9,10 +9,12 @@ as many events as its idle processes take (a batch each), in ordered mode
 the first events of each stream with a claimable head, one stream per
 process, and while a full batch of a stream runs, the stream's next batch,
 queued behind it (so a busy stream's process never waits for the claimer's
-settle and claim). It settles what they report (dispatch.py), and a
-heartbeat thread (heartbeat.py) renews the leases of what is in flight. So
-a listener holds two attachments whatever --workers says, plus one per
-handler process that runs a transactional handler.
+settle and claim). It settles what they report (dispatch.py), a
+heartbeat thread (heartbeat.py) renews the leases of what is in flight, and
+a floors thread (floors.py) looks where each subscription's live events
+begin while claims go on. So a listener holds three attachments whatever
+--workers says, plus one per handler process that runs a transactional
+handler.
 
 A dead attachment shows up as an error in the next claim (at the latest after
 one poll interval); the claimer then exits with EXIT_RESTART without touching
@@ -54,6 +56,7 @@ from . import lifeline, lockouts, reaper
 from .batching import BatchSize
 from .claims import Claimer, Stream, Target, load_targets, streams
 from .dispatch import Dispatcher
+from .floors import Floors, keep_raising
 from .heartbeat import renew_leases
 from .metrics import Metrics
 from .notifications import Notifications
@@ -124,6 +127,7 @@ class Worker:
         self.stop = threading.Event()
         self.handlers = collect_handlers(plugin_manager(options.plugins), options.handler_config)
         self.claimer: Claimer | None = None  # on the worker's attachment, while it has one
+        self.floors = Floors()  # raised by the floors thread, for every claimer of this worker
         self.notifications = Notifications(options.poll, self.stop)
         self.targets: dict[int, Target] = {}
         self.targets_read = False  # for the worker's current attachment
@@ -163,7 +167,7 @@ class Worker:
         """A claimer on a new attachment: the worker's connection from now on."""
         db = self._attach()
         self._install_signal_handlers()
-        self.claimer = Claimer(db, self.owner, self.options.lease, self.options.key_order)
+        self.claimer = Claimer(db, self.owner, self.options.lease, self.options.key_order, self.floors)
         self.targets_read = False  # notifications are registered on an attachment
         return self.claimer
 
@@ -227,6 +231,10 @@ class Worker:
             daemon=True,
         )
         heartbeat.start()
+        looks = threading.Thread(
+            target=keep_raising, args=(self.floors, self._attach, self.stop), name="floors", daemon=True
+        )
+        looks.start()
         failing_since: float | None = None  # the first of the errors in a row
         try:
             while not self.stop.is_set():
@@ -280,8 +288,21 @@ class Worker:
         finally:
             self.dispatcher.close()
             self._flush_reports()
-            if not self.abandoned:
+            if not self.abandoned:  # a dead attachment's handles are left alone
                 self._disconnect()
+                self._detach_threads(heartbeat, looks)
+
+    def _detach_threads(self, *threads: threading.Thread) -> None:
+        """Let the heartbeat and floors threads close their attachments
+        before the process leaves: on the embedded engine an attachment
+        that ends with its process is a dead lock owner to every other
+        process of the database, and their MON$ queries (the floors' looks
+        of another listener) can wait on it for minutes (SOAK-NOTES.md,
+        finding 8). One stuck in a call is left behind."""
+        self.stop.set()
+        deadline = time.monotonic() + _TEARDOWN_TIMEOUT
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
 
     def _drain(self, claimer: Claimer) -> bool:
         """Keep the handler processes busy while anything is claimable, and
@@ -307,7 +328,7 @@ class Worker:
                     self.heads.forget()
             if more and self.dispatcher.free_slots():
                 if self.notifications.requeued():  # dead events came back below the floors
-                    claimer.floors.reset()
+                    self.floors.reset()
                 if self.options.key_order:  # what it handled holds back later events of its rows
                     self.dispatcher.acknowledge(claimer)
                 conflicts = claimer.conflicts
