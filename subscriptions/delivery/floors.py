@@ -12,14 +12,14 @@ are logged, not when they commit, so a transaction still open may commit
 events numbered below it later. Every ``EVERY`` seconds while claims
 walk (longer where a look would take more than LOOK_SHARE of the time) a
 look reads the last id handed out, then MON$: the active transactions,
-and whether each has written a row yet. A captured change writes the application's
-row before its trigger numbers the event, so a transaction that had not
-written at one look numbers its events above the id read then, and so
-does one that started after it; the bound takes the id of the look before
-(Bounds.after says why). The floor is then the lower of each
-subscription's first live event and that bound over the transactions
-that have written (a transaction left open that only read holds nothing
-back).
+and whether each has written a row yet. A captured change writes the
+application's row before its trigger numbers the event, so a transaction
+that had not written at one look numbers its events above the id read
+then, and so does one that started after it; the bound takes the id of
+the look before (Bounds.after says why). The floor is then the lower of
+each subscription's first live event and that bound over the
+transactions that have written (a transaction left open that only read
+holds nothing back).
 
 Looks run on a thread and an attachment of their own (``keep_raising``):
 on the embedded engine a MON$ query can wait in the engine for minutes
@@ -222,7 +222,7 @@ class Floors:
                 # before our first look, or (short of a MON$ fault) one that had
                 # not shown at the look before.
                 if self._floors:
-                    log.debug("claim floors cleared: a transaction wrote before it could be seen not to")
+                    log.debug("claim floors cleared: a transaction wrote before the looks could tell which ids it took")
                 self._floors.clear()
                 return
             if walk_all:
