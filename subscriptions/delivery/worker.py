@@ -296,9 +296,9 @@ class Worker:
         """Let the heartbeat and floors threads close their attachments
         before the process leaves: on the embedded engine an attachment
         that ends with its process is a dead lock owner to every other
-        process of the database, and their MON$ queries (the floors' looks
-        of another listener) can wait on it for minutes (SOAK-NOTES.md,
-        finding 8). One stuck in a call is left behind."""
+        process of the database (a second drain listener then did not
+        finish within 2 minutes: docs/ARCHITECTURE.md, claim floors). One
+        stuck in a call is left behind."""
         self.stop.set()
         deadline = time.monotonic() + _TEARDOWN_TIMEOUT
         for thread in threads:
