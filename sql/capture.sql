@@ -110,6 +110,7 @@ DECLARE pad VARCHAR(8) CHARACTER SET ASCII;
 DECLARE conditional INTEGER;
 DECLARE events VARCHAR(40) CHARACTER SET ASCII;
 DECLARE key_hash VARCHAR(400) CHARACTER SET UTF8;
+DECLARE post VARCHAR(400) CHARACTER SET ASCII;
 DECLARE log_piece VARCHAR(2000) CHARACTER SET UTF8;
 DECLARE declared VARCHAR(200) CHARACTER SET ASCII;
 -- The per-subscription texts gather in these before they join the BLOBs
@@ -711,22 +712,31 @@ BEGIN
             IF (condition IS NOT NULL) THEN
                 gate = '        IF (matched_' || sub_id || ' IS TRUE) THEN' || nl;
             key_hash = 'HASH(' || lit(TABLE_NAME || '|' || tag || '|') || ' || :row_key)';
+            -- A tag's event is posted once per transaction (POST_EVENT on
+            -- every row cost a bulk insert in PSQL 2-4 us a row and
+            -- subscription), and again by EVENT_CAPTURE_AT_COMMIT: a
+            -- ROLLBACK TO SAVEPOINT takes back the post, but not the mark
+            -- that says it was made.
+            post = '            IF (RDB$GET_CONTEXT(''USER_TRANSACTION'', ' || lit('EVENT_CAPTURE_POSTED ' || tag)
+                || ') IS NULL) THEN' || nl || '                EXECUTE PROCEDURE post_tag(' || lit(tag) || ');' || nl;
             log_piece = '        -- subscription ' || sub_id || ': ' || tag || nl || gate;
             IF (shared_log) THEN
-                log_piece = log_piece || '            EXECUTE PROCEDURE log_event(' || sub_id || ', ' || key_hash || ', '
-                    || lit('subs:' || tag) || ', FALSE, NULL, :row_key, :old_values, :new_values);' || nl;
+                log_piece = log_piece || '        BEGIN' || nl
+                    || '            EXECUTE PROCEDURE log_event(' || sub_id || ', ' || key_hash
+                    || ', FALSE, NULL, :row_key, :old_values, :new_values);' || nl || post
+                    || '        END' || nl;
             ELSE
                 log_piece = log_piece || '        BEGIN' || nl
                     || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW' || created_column || ')'
                     || nl || '            VALUES (' || sub_id || ', :row_key, ' || key_hash || ', :old_values, :new_values'
-                    || created_value || ');' || nl || '            POST_EVENT ' || lit('subs:' || tag) || ';' || nl
+                    || created_value || ');' || nl || post
                     || '        END' || nl;
             IF (when_condition IS NOT NULL) THEN
             BEGIN
                 log_piece = log_piece || '        ELSE IF (matched_' || sub_id || ' IS NULL) THEN' || nl;
                 IF (shared_log) THEN
                     log_piece = log_piece || '            EXECUTE PROCEDURE log_event(' || sub_id || ', ' || key_hash
-                        || ', NULL, TRUE, :failure_' || sub_id || ', :row_key, :old_values, :new_values);' || nl;
+                        || ', TRUE, :failure_' || sub_id || ', :row_key, :old_values, :new_values);' || nl;
                 ELSE
                     log_piece = log_piece
                         || '            INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW, DEAD, DEAD_AT, '
@@ -810,8 +820,23 @@ BEGIN
         || 'DECLARE new_values BLOB SUB_TYPE BINARY;' || nl
         || 'DECLARE log_blocked_since TIMESTAMP;' || nl
         || declarations
+        || 'DECLARE PROCEDURE post_tag (tag VARCHAR(40) CHARACTER SET ASCII)' || nl
+        || 'AS' || nl
+        || 'DECLARE posting VARCHAR(300) CHARACTER SET ASCII;' || nl
+        || 'BEGIN' || nl
+        || '    POST_EVENT ''subs:'' || tag;' || nl
+        || '    posting = COALESCE(RDB$GET_CONTEXT(''USER_TRANSACTION'', ''EVENT_CAPTURE_POSTS''), '''') || tag || '' '';' || nl
+        || '    IF (CHAR_LENGTH(posting) <= 255) THEN' || nl
+        || '    BEGIN' || nl
+        || '        RDB$SET_CONTEXT(''USER_TRANSACTION'', ''EVENT_CAPTURE_POSTS'', posting);' || nl
+        || '        RDB$SET_CONTEXT(''USER_TRANSACTION'', ''EVENT_CAPTURE_POSTED '' || tag, 1);' || nl
+        || '    END' || nl
+        || '    WHEN ANY DO' || nl
+        || '    BEGIN' || nl
+        || '    END' || nl
+        || 'END' || nl
         || IIF(shared_log,
-               'DECLARE PROCEDURE log_event (sub_id INTEGER, key_hash BIGINT, event_name VARCHAR(45) CHARACTER SET ASCII,' || nl
+               'DECLARE PROCEDURE log_event (sub_id INTEGER, key_hash BIGINT,' || nl
                || '    dead BOOLEAN, failure VARCHAR(1100) CHARACTER SET UTF8, row_key VARCHAR(1000) CHARACTER SET OCTETS,' || nl
                || '    old_values BLOB SUB_TYPE BINARY, new_values BLOB SUB_TYPE BINARY)' || nl
                || 'AS' || nl
@@ -822,11 +847,8 @@ BEGIN
                || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values, TRUE, ' || stamp
                || ', :failure' || log_created_value || ');' || nl
                || '    ELSE' || nl
-               || '    BEGIN' || nl
                || '        INSERT INTO EVENT_LOG (SUB_ID, PK_ROW, KEY_HASH, OLD_ROW, NEW_ROW' || created_column || ')' || nl
                || '        VALUES (:sub_id, :row_key, :key_hash, :old_values, :new_values' || log_created_value || ');' || nl
-               || '        POST_EVENT event_name;' || nl
-               || '    END' || nl
                || 'END' || nl,
                '')
         || 'BEGIN' || nl || checks || capture || body || 'END';
@@ -983,13 +1005,17 @@ BEGIN
 END;
 
 -- name: commit_trigger
--- Regenerates the capture triggers of the tables the committing
--- transaction's DDL marked (EVENT_CAPTURE_AFTER_DDL). The engine runs
+-- Posts again the events of the tags the committing transaction's capture
+-- triggers logged for (their post_tag lists them in EVENT_CAPTURE_POSTS;
+-- the first post of each may have been taken back by a ROLLBACK TO
+-- SAVEPOINT), so that the listeners of every logged event wake up. Then
+-- regenerates the capture triggers of the tables the transaction's DDL
+-- marked (EVENT_CAPTURE_AFTER_DDL). The engine runs
 -- commit triggers before it applies the transaction's DDL, so the new
 -- trigger commits together with the new shape of its table, and the
 -- dependencies of a dropped column are checked against it. It runs on
 -- COMMIT RETAINING too, and then clears the marks. Every other commit in
--- the database pays one context lookup. It names subs's objects only in
+-- the database pays two context lookups. It names subs's objects only in
 -- dynamic statements: an attachment loads the database's triggers once,
 -- and one made while `subs init` installs them loads this one uncommitted;
 -- a static reference to EVENT_SUBSCRIBER, not yet committed either, would
@@ -1000,7 +1026,26 @@ ACTIVE ON TRANSACTION COMMIT POSITION 32000
 AS
 DECLARE table_name VARCHAR(63) CHARACTER SET UTF8;
 DECLARE reason VARCHAR(40) CHARACTER SET UTF8;
+DECLARE posts VARCHAR(255) CHARACTER SET NONE;
+DECLARE tag VARCHAR(255) CHARACTER SET NONE;
 BEGIN
+    posts = RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_POSTS');
+    IF (posts IS NOT NULL) THEN
+    BEGIN
+        RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_POSTS', NULL);
+        WHILE (POSITION(' ' IN posts) > 0) DO
+        BEGIN
+            tag = LEFT(posts, POSITION(' ' IN posts) - 1);
+            posts = SUBSTRING(posts FROM CHAR_LENGTH(tag) + 2);
+            POST_EVENT 'subs:' || tag;
+            RDB$SET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_POSTED ' || tag, NULL);
+        END
+        -- The list is only ever written by post_tag, but the commit is
+        -- the application's: nothing here may fail it.
+        WHEN ANY DO
+        BEGIN
+        END
+    END
     IF (RDB$GET_CONTEXT('USER_TRANSACTION', 'EVENT_CAPTURE_SYNC') IS NOT NULL) THEN
     BEGIN
         FOR EXECUTE STATEMENT 'SELECT DISTINCT TRIM(TRAILING FROM TABLE_NAME) FROM EVENT_SUBSCRIBER'
