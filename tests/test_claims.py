@@ -502,27 +502,59 @@ def test_idle_streams_are_probed_again_only_when_something_may_have_changed(item
     """Ordered mode probes the heads of every subscription after a
     notification or a due retry (forget), or when that probe is PROBE_EVERY
     old; in between only those of the streams that became idle since its
-    last look, and otherwise it goes by what it found."""
+    last look, and otherwise it goes by what it found. A lone idle stream
+    is not probed: its claim reads its head."""
+    for table in ("OTHERS", "MORE"):
+        execute(items, f"CREATE TABLE {table} (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+        Subs(items).ok("add", table, "I", "rec")
+    with Database(items) as db:
+        by_stream = streams(load_targets(db))
+        keys = [("ITEMS", "rec"), ("OTHERS", "rec"), ("MORE", "rec")]
+        all_three = {key: by_stream[key] for key in keys}
+        others = {key: by_stream[key] for key in keys[1:]}
+        claimer = CountingClaimer(db, "a:1", 30)
+        probe = HeadsProbe(every=0.5)
+        every = [1, 2, 3, 4, 5]  # ITEMS I, U, D; OTHERS I; MORE I
+        assert probe.ready(claimer, all_three) == set() and claimer.asked == [every]
+        insert(items, 1, 1)
+        assert probe.ready(claimer, all_three) == set() and claimer.asked == [every], "went by the last probe"
+        probe.forget()
+        assert probe.ready(claimer, all_three) == {1} and claimer.asked == [every, every]
+        execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
+        assert probe.ready(claimer, others) == {1} and len(claimer.asked) == 2, "fewer idle streams: no probe"
+        assert probe.ready(claimer, all_three) == {1} and claimer.asked[2:] == [[1, 2, 3]], "ITEMS idle again: it alone"
+        assert probe.ready(claimer, {}) == set() and len(claimer.asked) == 3, "nothing idle: no probe"
+        time.sleep(0.5)
+        assert probe.ready(claimer, others) == {4} and claimer.asked[3:] == [[4, 5]], "the last probe was too old"
+        lone = {keys[1]: by_stream[keys[1]]}
+        assert probe.ready(claimer, lone) == {4} and len(claimer.asked) == 4, "a lone idle stream: no probe"
+        assert probe.ready(claimer, others) == set() and claimer.asked[4:] == [[5]], "OTHERS' claim looked at it"
+
+
+def test_after_forget_the_stream_that_last_had_events_is_claimed_before_the_probe(items):
+    """After a notification the probe's transaction would delay every
+    stream's claim: the stream whose claim last found events is claimed at
+    once, and the next look probes every idle stream, that one too."""
     execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
     Subs(items).ok("add", "others", "I", "rec")
     with Database(items) as db:
         by_stream = streams(load_targets(db))
         both = {key: by_stream[key] for key in (("ITEMS", "rec"), ("OTHERS", "rec"))}
-        others = {("OTHERS", "rec"): by_stream["OTHERS", "rec"]}
         claimer = CountingClaimer(db, "a:1", 30)
-        probe = HeadsProbe(every=0.5)
-        every = [1, 2, 3, 4]  # ITEMS I, U, D; OTHERS I
-        assert probe.ready(claimer, both) == set() and claimer.asked == [every]
-        insert(items, 1, 1)
-        assert probe.ready(claimer, both) == set() and claimer.asked == [every], "went by the last probe"
+        probe = HeadsProbe(every=60)
+        assert probe.ready(claimer, both) == set() and claimer.asked == [[1, 2, 3, 4]], "nothing claimed yet"
+        probe.claimed(("OTHERS", "rec"))
         probe.forget()
-        assert probe.ready(claimer, both) == {1} and claimer.asked == [every, every]
-        execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
-        assert probe.ready(claimer, others) == {1} and len(claimer.asked) == 2, "fewer idle streams: no probe"
-        assert probe.ready(claimer, both) == {1} and claimer.asked[2:] == [[1, 2, 3]], "ITEMS idle again: it alone"
-        assert probe.ready(claimer, {}) == set() and len(claimer.asked) == 3, "nothing idle: no probe"
-        time.sleep(0.5)
-        assert probe.ready(claimer, others) == {4} and claimer.asked[3:] == [[4]], "the last probe was too old"
+        assert probe.ready(claimer, both) == {4} and len(claimer.asked) == 1 and probe.probe_due
+        insert(items, 1, 1)
+        assert probe.ready(claimer, both) == {1} and claimer.asked[1:] == [[1, 2, 3, 4]] and not probe.probe_due
+        probe.forget()
+        assert probe.ready(claimer, {("ITEMS", "rec"): both["ITEMS", "rec"]}) == {1, 2, 3}, "OTHERS is busy"
+        assert len(claimer.asked) == 2 and not probe.probe_due
+        probe.forget()
+        probe.claimed(("ITEMS", "rec"))
+        assert probe.ready(claimer, both) == {1, 2, 3} and probe.probe_due
+        assert probe.ready(claimer, both) == {1} and claimer.asked[2:] == [[1, 2, 3, 4]], "the guess was made"
 
 
 def test_a_stream_claim_reads_large_values_before_it_looks_up_a_new_subscription(settings):

@@ -78,6 +78,31 @@ def test_a_subscription_added_while_listening_is_served_at_once(items, tmp_path,
     listener.wait_for(lambda lines: any(line["tag"] == "rec" and line["sub"] == 4 for line in lines), timeout=20)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_notification_wakes_every_stream_not_only_the_last_busy_one(items, tmp_path, listeners, workers):
+    """Woken by a notification, an ordered listener claims the stream whose
+    claim last found events before it probes the others (HeadsProbe): a
+    change of another table, alone or committed with one of that stream's,
+    is handled then too, not at the next --poll."""
+    execute(items, "CREATE TABLE OTHERS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))")
+    Subs(items).ok("add", "others", "I", "rec")  # subscription 4
+    listener = Listener(items, tmp_path, "--poll", "300", "--workers", workers)
+    listeners.append(listener)
+
+    def others_done(lines: list[dict]) -> list[int]:
+        return [line["key"] for line in lines if line["phase"] == "done" and line["sub"] == 4]
+
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: len(handled(lines)) == 1)
+    execute(items, "INSERT INTO OTHERS VALUES (1, NULL)")
+    listener.wait_for(lambda lines: others_done(lines) == [1], timeout=20)
+    with Database(items) as db, db.transaction() as cursor:
+        cursor.execute("INSERT INTO ITEMS VALUES (2, NULL)")
+        cursor.execute("INSERT INTO OTHERS VALUES (2, NULL)")
+    listener.wait_for(lambda lines: len(handled(lines)) == 4, timeout=20)
+    assert others_done(listener.lines()) == [1, 2]
+
+
 def test_ordered_mode_keeps_a_streams_inserts_updates_and_deletes_in_log_order(items, tmp_path, listeners):
     """Order belongs to the stream, (table, tag): each row's insert, update
     and delete (three subscriptions) are handled one after the other in log

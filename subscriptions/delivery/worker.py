@@ -89,21 +89,39 @@ class HeadsProbe:
     embedded Firebird 5), and a busy stream ends a claim round after each of
     its batches: so all are probed again only after ``forget`` (a
     notification came, a retry fell due) or ``every`` seconds later, and in
-    between only the streams that became idle since the last look."""
+    between only the streams that became idle since the last look.
+
+    A probe's transaction delays the claim that follows it, so where a
+    claim can read a head itself, none is made: a lone idle stream is
+    claimed at once, and so, after ``forget``, is the stream whose claim
+    last found events, the likeliest one to have them again, with the probe
+    of all put off to the next look (``probe_due``)."""
 
     def __init__(self, every: float = PROBE_EVERY) -> None:
         self.every = every
         self.found: set[int] = set()
         self.probed_at: float | None = None  # when every subscription was probed
         self.idle: frozenset[Stream] = frozenset()  # the idle streams at the last look
+        self.last_busy: Stream | None = None  # the stream whose claim last found events
+        self.probe_due = False  # the last look claimed last_busy instead of probing all
 
     def forget(self) -> None:
         self.probed_at = None
 
+    def claimed(self, stream: Stream) -> None:
+        """A claim of ``stream``'s head found events."""
+        self.last_busy = stream
+
     def ready(self, claimer: Claimer, idle: Mapping[Stream, Sequence[Target]]) -> set[int]:
         now = time.monotonic()
-        if not idle:
-            found: set[int] = set()
+        at_once = self._claimed_at_once(idle)
+        self.probe_due = at_once is not None and len(idle) > 1
+        if at_once is not None:
+            found = {target.sub_id for target in at_once}
+            # What its claim finds out: a ready stream turns busy, another is not ready.
+            self.found -= found
+        elif not idle:
+            found = set()
         elif self.probed_at is None or now - self.probed_at >= self.every:
             self.found = found = claimer.ready([target.sub_id for stream in idle.values() for target in stream])
             self.probed_at = now
@@ -114,6 +132,14 @@ class HeadsProbe:
             found = self.found
         self.idle = frozenset(idle)
         return found
+
+    def _claimed_at_once(self, idle: Mapping[Stream, Sequence[Target]]) -> Sequence[Target] | None:
+        """The idle stream to claim without a probe, if any."""
+        if len(idle) == 1:
+            return next(iter(idle.values()))
+        if self.probed_at is None and not self.probe_due and self.last_busy is not None:
+            return idle.get(self.last_busy)
+        return None
 
 
 class Worker:
@@ -342,6 +368,8 @@ class Worker:
                 worked = worked or claimed
                 lockouts.report(claimer.lockouts, claimer.db, self.targets)
                 self._flush_reports()
+            if more and self.heads.probe_due and self.dispatcher.free_slots() and not self.stop.is_set():
+                continue  # the probe that look put off, before any wait for reports
             if not self.dispatcher.busy():
                 if more and not self.stop.is_set():
                     if not self.dispatcher.free_slots():  # handler processes still starting
@@ -382,7 +410,7 @@ class Worker:
         claimable, one stream per idle handler process, then the next batch
         of each stream whose running batch was full, queued behind it in its
         process. Returns whether anything was claimed and whether streams
-        were left for lack of processes."""
+        were left (for lack of processes, or unprobed: HeadsProbe)."""
         by_key = streams(self.targets.values())
         busy = self.dispatcher.busy_streams()
         idle = {key: stream for key, stream in by_key.items() if key not in busy}
@@ -397,6 +425,7 @@ class Worker:
             events = claimer.claim_head(stream, self.batch.size([key[1]]))
             if events:
                 claimed = True
+                self.heads.claimed(key)
                 self.dispatcher.hand_stream(key, events)
         for key, slot, running, holding in self.dispatcher.running_streams():
             limit = self.batch.size([key[1]])
@@ -406,7 +435,7 @@ class Worker:
             if events:
                 claimed = True
                 self.dispatcher.hand_stream(key, events, after=slot)
-        return claimed, left
+        return claimed, left or self.heads.probe_due
 
     def _waiting_for_lock(self, claimer: Claimer) -> bool:
         """A settlement waits for another transaction's lock (Dispatcher._settle):
