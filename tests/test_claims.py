@@ -4,6 +4,7 @@ status see each other."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Sequence
@@ -217,6 +218,29 @@ def test_the_next_batch_is_claimed_under_the_same_lease_while_the_first_runs(ite
         assert b.claim_head([target], 10) == [], "the lease stays while a batch is in hand"
         assert a.settle_head(stream, [e.id for e in second]) == 2
         assert query(items, "SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL") == [(0,)]
+
+
+def test_every_claim_hands_out_created_at_as_the_driver_selects_it(items):
+    """Claims read CREATED_AT as text (claimed_columns); the datetime
+    handlers get is the one a select of the column gives, to the 100 µs."""
+    target = insert_target(items)
+    execute(
+        items,
+        "UPDATE EVENT_LOG SET CREATED_AT ="
+        " DATEADD(EVENT_ID * 1234567 MILLISECOND TO TIMESTAMP '1999-12-31 23:59:59.9999')",
+        "UPDATE EVENT_LOG SET CREATED_AT = TIMESTAMP '2024-02-29 00:00:00.0001'"
+        " WHERE EVENT_ID = (SELECT MIN(EVENT_ID) FROM EVENT_LOG)",
+    )
+    selected = dict(query(items, "SELECT EVENT_ID, CREATED_AT FROM EVENT_LOG"))
+    with Database(items) as a_db, Database(items) as b_db:
+        a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
+        head = a.claim_head([target], 2)
+        following = a.claim_next([target], head[-1].id, len(head), 2)
+        parallel = b.claim({target.sub_id: target}, 10)
+    claimed = head + following + parallel
+    assert len(claimed) == 6
+    assert {e.id: e.created_at for e in claimed} == selected
+    assert dt.datetime(2024, 2, 29, 0, 0, 0, 100) in selected.values()
 
 
 def test_handled_batches_are_deleted_together_when_the_lease_is_given_back(items):

@@ -260,9 +260,14 @@ def read_blob(value: object) -> bytes | None:
 def fetch_all(cursor: Cursor) -> list[tuple[Any, ...]]:
     """The cursor's remaining rows, every BLOB in them read: the driver hands
     out a large one as a BlobReader of the cursor's statement, which the
-    cursor's next execute closes."""
+    cursor's next execute closes. Types are compared, not isinstance-checked:
+    BlobReader is an io.IOBase, whose isinstance check cost a claim's row
+    about 2 µs."""
     return [
-        tuple(_read(value) if isinstance(value, BlobReader) else value for value in row) for row in cursor.fetchall()
+        tuple(_read(value) if type(value) is BlobReader else value for value in row)
+        if BlobReader in map(type, row)
+        else row
+        for row in cursor.fetchall()
     ]
 
 

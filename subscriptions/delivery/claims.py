@@ -23,6 +23,7 @@ per event cost more than the engine's work.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -199,7 +200,7 @@ class Claimer:
                     tag=target.tag,
                     subscription_id=sub_id,
                     attempt=attempts,
-                    created_at=created_at,
+                    created_at=dt.datetime.fromisoformat(created_at),
                     database_id=self.database_id,
                     row_key=row_key,
                     old=old if long_old is None else long_old,
