@@ -13,6 +13,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import oldest_transaction, stats
 from subscriptions.delivery.oldest_transaction import OldestTransactionWatch
+from subscriptions.ops import status
 from subscriptions.web.app import Console as WebConsole
 
 from conftest import Subs
@@ -133,11 +134,20 @@ def test_the_listener_warns_and_its_metrics_show_how_long(items, tmp_path, monke
 
 def test_status_and_the_console_name_a_transaction_open_for_long(items, monkeypatch):
     monkeypatch.setattr(oldest_transaction, "OLD_AFTER", 3.0)
+    attachments: list[Database] = []
+
+    def attach(settings: ConnectionSettings) -> Database:
+        attachments.append(Database(settings))
+        return attachments[-1]
+
+    monkeypatch.setattr(status, "Database", attach)
     left_open = LeftOpen(items)
     try:
         assert "note: transaction" not in Subs(items).ok("status")
         time.sleep(3.1)
+        attachments.clear()
         note = Subs(items).ok("status").splitlines()[-1]
+        assert len(attachments) == 1, "the note comes from the status's own attachment"
         assert re.fullmatch(
             rf"note: transaction {left_open.id} \(SYSDBA(, .+)?\) has been open for \d+\.\ds: the events handled "
             r"since it started stay in EVENT_LOG as garbage, and the log grows with them; commit or roll it back",

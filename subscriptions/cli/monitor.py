@@ -9,14 +9,15 @@ import click
 from subscriptions.config import MAX_SECONDS
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
-from subscriptions.ops.status import drifted, lagging, problems, read_open_transaction, read_status
+from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
 from . import app, cli, open_database
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
-    rows = read_status(app(ctx).settings)
+    status = read_status(app(ctx).settings)
+    rows = status.subscriptions
     if as_json:
         click.echo(dumps([row.as_dict() for row in rows], indent=2))
         return
@@ -56,15 +57,14 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
             ],
         )
     )
-    open_transaction = read_open_transaction(app(ctx).settings)
-    if open_transaction is not None:
-        click.echo(f"\nnote: {open_transaction.describe()}")
+    if status.open_transaction is not None:
+        click.echo(f"\nnote: {status.open_transaction.describe()}")
 
 
 def _check(ctx: click.Context, max_lag: float | None) -> None:
     """One line per subscription whose capture drifted, or whose oldest live
     event is older than ``max_lag`` seconds; exit 1 if any."""
-    rows = read_status(app(ctx).settings)
+    rows = read_status(app(ctx).settings).subscriptions
     found = [(row, row.capture) for row in drifted(rows)]
     if max_lag is not None:
         found += [

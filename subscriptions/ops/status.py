@@ -13,7 +13,7 @@ from firebird.driver import Cursor
 from subscriptions.capture.drift import OK, capture_states
 from subscriptions.capture.values import UndecodableEvent, decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, read_only_tpb, read_text
+from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import oldest_transaction
@@ -87,7 +87,18 @@ class ProblemEvent:
         return asdict(self)
 
 
-def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
+@dataclass(frozen=True)
+class Status:
+    """What `subs status` shows: each subscription, and the transaction
+    left open for long, if any."""
+
+    subscriptions: list[SubscriptionStatus]
+    open_transaction: OpenTransaction | None
+
+
+def read_status(settings: ConnectionSettings) -> Status:
+    """Status in one attachment and transaction (a second attachment cost
+    every `subs status --watch` refresh a connect)."""
     with Database(settings) as db:
         require_current(db)
         with db.transaction() as cursor:
@@ -100,7 +111,8 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
                 sub_id: BackfillStatus(int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000)
                 for sub_id, done, total, events, finished, age in cursor.fetchall()
             }
-    return [
+            open_transaction = long_open_transaction(cursor)
+    subscriptions = [
         SubscriptionStatus(
             sub_id=sub_id,
             table=table,
@@ -119,6 +131,7 @@ def read_status(settings: ConnectionSettings) -> list[SubscriptionStatus]:
         )
         for sub_id, table, action, tag, active, paused, live, in_flight, failed, dead, oldest_ms in rows
     ]
+    return Status(subscriptions, open_transaction)
 
 
 @dataclass(frozen=True)
@@ -148,12 +161,6 @@ def long_open_transaction(cursor: Cursor) -> OpenTransaction | None:
         return None
     transaction_id, milliseconds, user, process = row
     return OpenTransaction(int(transaction_id), milliseconds / 1000, str(user), process or None)
-
-
-def read_open_transaction(settings: ConnectionSettings) -> OpenTransaction | None:
-    """long_open_transaction in a read-only transaction of its own."""
-    with Database(settings) as db, db.transaction(read_only_tpb()) as cursor:
-        return long_open_transaction(cursor)
 
 
 @dataclass(frozen=True)
