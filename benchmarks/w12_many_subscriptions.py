@@ -1,7 +1,12 @@
 """W12: many subscriptions. The same events logged for one subscription, or
 spread evenly over many tables each subscribed IUD: how fast `subs listen
 --drain` gets through them, ordered and parallel. A claim looks at every
-subscription its listener serves, so this is what a large schema costs."""
+subscription its listener serves, so this is what a large schema costs.
+
+The rows go to the tables in turn, so each subscription's events lie far
+apart in the log. Each mode also drains the same events logged table by
+table, which tells what that spread costs from what the number of
+subscriptions costs."""
 
 from __future__ import annotations
 
@@ -29,6 +34,10 @@ def spread_case(mode: str, sizes: Sizes) -> str:
     return f"{mode}, {sizes.w12_tables} tables"
 
 
+def grouped_case(mode: str, sizes: Sizes) -> str:
+    return f"{spread_case(mode, sizes)}, logged table by table"
+
+
 def title(sizes: Sizes) -> str:
     return (
         f"many subscriptions: {sizes.w12_events:,} events of 1 subscription, or spread over "
@@ -36,17 +45,19 @@ def title(sizes: Sizes) -> str:
     )
 
 
-def _spread(settings: ConnectionSettings, tables: int, events: int) -> None:
+def _spread(settings: ConnectionSettings, tables: int, events: int, grouped: bool = False) -> None:
     """``tables`` tables beside ITEMS, each subscribed IUD, and ``events``
-    rows inserted over them in turn in one transaction."""
+    rows inserted over them in one transaction: in turn, or ``grouped``,
+    one table's rows after another's."""
     names = [f"OTHER_{number:03}" for number in range(1, tables + 1)]
+    keys = sorted(range(1, events + 1), key=(lambda key: (key % tables, key)) if grouped else None)
     with Database(settings) as db:
         for name in names:
             with db.transaction() as cursor:
                 cursor.execute(with_identifiers(sql()["w3_other_table"], table=name))
             subscribers.add(db, name, "IUD", TAG)
         with db.transaction() as cursor:
-            for key in range(1, events + 1):
+            for key in keys:
                 table = names[key % tables]
                 cursor.execute(with_identifiers(sql()["w12_other_insert"], table=table), (key, f"row {key}"))
 
@@ -58,20 +69,22 @@ def run(ctx: Context, engine: Engine) -> None:
     for repeat in range(1, ctx.repeat + 1):
         for mode, args in modes.items():
             rates = {}
-            for case in (mode, spread_case(mode, sizes)):
+            spread, grouped = spread_case(mode, sizes), grouped_case(mode, sizes)
+            cases = (mode, spread, grouped)
+            for case in cases:
                 ctx.progress(f"{NAME} {engine.name} repeat {repeat}/{ctx.repeat}: {case}")
                 settings = subscribed_items(engine, "w12")
                 try:
                     if case == mode:
                         insert_items(settings, sizes.w12_events)
                     else:
-                        _spread(settings, sizes.w12_tables, sizes.w12_events)
+                        _spread(settings, sizes.w12_tables, sizes.w12_events, grouped=case == grouped)
                     rates[case] = drain_rate(ctx, engine, settings, NAME, *args)
                 finally:
                     engine.drop(settings)
                 rec.add(NAME, engine.name, case, "events/s", "ev/s", rates[case], repeat)
-            spread = spread_case(mode, sizes)
-            rec.add(NAME, engine.name, spread, SPREAD_RATE, "x", rates[spread] / rates[mode], repeat)
+            for case in cases[1:]:
+                rec.add(NAME, engine.name, case, SPREAD_RATE, "x", rates[case] / rates[mode], repeat)
     rec.note(
         NAME,
         engine.name,
