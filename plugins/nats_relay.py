@@ -158,8 +158,7 @@ def header_block_size(headers: dict[str, str]) -> int:
     """Bytes of the header block nats-py sends ahead of the payload. The
     server holds the two together to ``max_payload`` (and closes the
     connection past it), while nats-py checks the payload alone."""
-    lines = [b"NATS/1.0", *(f"{key}: {value}".encode() for key, value in headers.items()), b""]
-    return sum(len(line) + 2 for line in lines)
+    return len(b"NATS/1.0\r\n\r\n") + sum(len(key) + len(value.encode()) + 4 for key, value in headers.items())
 
 
 class _Loop:
@@ -273,6 +272,9 @@ class _Acks:
 
 def _outcome(msg: Msg) -> BaseException | None:
     """What an answer to a published message says: None for a PubAck."""
+    data = msg.data
+    if data.startswith(b'{"stream":') and data.endswith(b"}") and b'"error"' not in data and not msg.headers:
+        return None  # a PubAck (the stream's name and sequence): most answers, not worth parsing
     import nats.js.errors
 
     if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:

@@ -112,6 +112,17 @@ def test_a_message_too_large_for_the_stream_is_undeliverable(server: NatsServer)
     assert [m.headers["Subs-Event-Id"] for m in server.messages(STREAM)] == ["1"]
 
 
+def test_answers_of_a_stream_named_error_are_read_as_what_they_say(server: NatsServer) -> None:
+    """A PubAck is recognised without parsing it unless it holds "error",
+    as it does when the stream has that name: then it is parsed, and still
+    acknowledges."""
+    server.jetstream("add_stream", StreamConfig(name="error", subjects=["subs.>"], max_msg_size=300))
+    small, large = make_event("nats", id=1), make_event("nats", id=2, new={"NOTE": "x" * 1000})
+    errors = relay(server.url).function([small, large])
+    assert errors[0] is None and isinstance(errors[1], Undeliverable)
+    assert [m.headers["Subs-Event-Id"] for m in server.messages("error")] == ["1"]
+
+
 def test_a_message_over_the_servers_max_payload_is_undeliverable(tmp_path: Path) -> None:
     """nats-py refuses to send it (the server would close the connection)."""
     server = NatsServer(tmp_path, max_payload=4096)
