@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from . import (
     PACKAGE_DIR,
+    PYTHON,
+    REPO_ROOT,
     goals,
     machine,
     report,
@@ -96,8 +99,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def code_from_elsewhere() -> str | None:
+    """Where subs comes from, for this process and for the listeners it
+    starts, when that is not this tree: a clone or worktree that shares
+    another's .venv imports that one's editable install (its subs, plugins/
+    and sql/), so an A/B run would time the same code twice."""
+    modules = ("subscriptions", "subscriptions.sql", "subscriptions.builtin")
+    probe = "import importlib, sys\nfor name in sys.argv[1:]: print(importlib.import_module(name).__file__)"
+    # From a directory of no tree, as the listeners start.
+    found = subprocess.run(
+        [PYTHON, "-c", probe, *modules], cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True
+    ).stdout.split()
+    found.append(sys.modules["subscriptions"].__file__ or "")
+    elsewhere = [path for path in found if not Path(path).resolve().is_relative_to(REPO_ROOT)]
+    return str(Path(elsewhere[0]).parent) if elsewhere else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    elsewhere = code_from_elsewhere()
+    if elsewhere:
+        print(
+            f"error: this run would measure subs from {elsewhere}, not {REPO_ROOT}: "
+            f"run ./dev.sh test tests/test_layout.py in {REPO_ROOT} to give it a .venv of its own",
+            file=sys.stderr,
+        )
+        return 2
     sizes = QUICK if args.quick else FULL
     limit = args.time_limit if args.time_limit is not None else (30.0 if args.quick else 10.0)
     workdir = Path(tempfile.mkdtemp(prefix="subs-bench-"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,22 @@ def test_quick_run_on_the_firebird_3_server(tmp_path):
     assert w4[("1 subscription", "x plain, bulk insert (PSQL)")]["median"] > 0
     assert not any(case.startswith("baseline 3") for case, _ in figures(data, "W2", "fb3"))
     assert data["machine"]["engines"]["fb3"]["version"].startswith("3.")
+
+
+def test_a_tree_that_would_measure_another_trees_subs_is_refused(tmp_path):
+    """A copy of the harness outside this tree imports subs through the
+    .venv's editable install of this one: its figures would be this tree's,
+    so it refuses to run, in one line, before any database is made."""
+    shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "W4", "--engine", "fb5"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"error: this run would measure subs from {ROOT / 'subscriptions'}, not {tmp_path}: "
+        f"run ./dev.sh test tests/test_layout.py in {tmp_path} to give it a .venv of its own\n"
+    )
