@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from subscriptions.capture.names import check_tag
 from subscriptions.errors import SubsError
 
 ENTRY_POINT_GROUP = "subscriptions"
+PLUGINS_ENV = "SUBS_PLUGINS"
 BUILTIN_PLUGINS = ("log", "webhook", "send_email", "exec", "nats_relay")
 # The tags they register, each only when the config names it.
 BUILTIN_TAGS = ("exec", "log", "nats", "send_email", "webhook")
@@ -68,6 +70,12 @@ def _import(spec: str) -> ModuleType:
         raise SubsError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}") from None
     except Exception as exc:
         raise SubsError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}") from None
+
+
+def plugin_specs(given: Iterable[str] = ()) -> tuple[str, ...]:
+    """--plugin values, then SUBS_PLUGINS (separated like PATH)."""
+    from_env = [spec for spec in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if spec]
+    return tuple(dict.fromkeys([*given, *from_env]))
 
 
 def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:

@@ -66,6 +66,32 @@ def test_add_is_idempotent_and_says_so(subs, settings):
     assert state(settings) == before
 
 
+def test_add_notes_a_tag_no_handler_here_serves(subs, settings, tmp_path):
+    execute(settings, LANGUAGES)
+    mistyped = subs("add", "languages", "I", "send_emial")
+    assert mistyped.exit_code == 0 and "added: LANGUAGES I send_emial" in mistyped.stdout
+    assert mistyped.stderr.splitlines() == [
+        "note: no handler here serves tag 'send_emial', so its events wait: give the listener a plugin that "
+        "registers it (--plugin, SUBS_PLUGINS or an installed one); `subs handlers` lists the known tags"
+    ]
+    unconfigured = subs("add", "languages", "I", "send_email")
+    assert "once subs.toml has a [handlers.send_email] table" in unconfigured.stderr
+    plugin = tmp_path / "ring.py"
+    plugin.write_text(
+        "from subscriptions import hookimpl\n\n"
+        "@hookimpl\n"
+        "def register_handlers(register):\n"
+        "    register('ring_bell', print)\n"
+    )
+    served = subs("add", "languages", "U", "ring_bell", env={"SUBS_PLUGINS": str(plugin)})
+    assert served.exit_code == 0 and served.stderr == ""
+    config = tmp_path / "subs.toml"
+    config.write_text("[handlers.log]\n")
+    configured = subs("--config", str(config), "add", "languages", "D", "log")
+    assert configured.exit_code == 0 and configured.stderr == ""
+    assert [s["tag"] for s in json.loads(subs.ok("list", "--json"))] == ["send_emial", "send_email", "ring_bell", "log"]
+
+
 def test_update_and_delete_capture_old_and_new(subs, settings):
     execute(settings, LANGUAGES)
     execute(settings, "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)")

@@ -26,11 +26,10 @@ from subscriptions.ops import detach as background
 from subscriptions.ops import systemd
 from subscriptions.ops.status import left_behind
 from subscriptions.ops.text_table import render
-from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager
+from subscriptions.plugins import BUILTIN_TAGS, PLUGINS_ENV, collect_handlers, plugin_manager, plugin_specs
 
 from . import app, cli
 
-PLUGINS_ENV = "SUBS_PLUGINS"
 # Upper bounds on the listener's sizes (on its times: MAX_SECONDS): a batch
 # past an INTEGER crash-looped the claimer, and each worker is a process.
 MAX_BATCH = 10_000
@@ -50,12 +49,6 @@ def _batch_size(ctx: click.Context, param: click.Parameter, value: str) -> int |
     if not 1 <= size <= MAX_BATCH:
         raise click.BadParameter(f"{value!r} is neither '{AUTO}' nor a whole number from 1 to {MAX_BATCH}", ctx, param)
     return size
-
-
-def _plugins(given: tuple[str, ...]) -> tuple[str, ...]:
-    """--plugin values, then SUBS_PLUGINS (separated like PATH)."""
-    from_env = [p for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p]
-    return tuple(dict.fromkeys([*given, *from_env]))
 
 
 def _check_in_fresh_process(options: ListenOptions) -> None:
@@ -223,7 +216,7 @@ def listen(
         mode=mode,
         workers=workers or (1 if mode == ORDERED else 4),
         tags=tags,
-        plugins=_plugins(plugins),
+        plugins=plugin_specs(plugins),
         handler_config=app(ctx).config.handlers,
         log_level=log_level,
         log_format=log_format,
@@ -359,7 +352,7 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
 def handlers(ctx: click.Context, plugins: tuple[str, ...], as_json: bool) -> None:
     """List handler tags and the plugin providing each."""
     found = sorted(
-        collect_handlers(plugin_manager(_plugins(plugins)), app(ctx).config.handlers).values(), key=lambda h: h.tag
+        collect_handlers(plugin_manager(plugin_specs(plugins)), app(ctx).config.handlers).values(), key=lambda h: h.tag
     )
     if as_json:
         listed = [{"tag": h.tag, "plugin": h.plugin, "transactional": h.transactional, "batch": h.batch} for h in found]

@@ -8,9 +8,11 @@ import click
 
 from subscriptions.capture import subscribers
 from subscriptions.db.errors import MissingDatabase
+from subscriptions.errors import SubsError
 from subscriptions.ops import demo, grants
 from subscriptions.ops.setup import init_database
 from subscriptions.ops.text_table import render
+from subscriptions.plugins import BUILTIN_TAGS, collect_handlers, plugin_manager, plugin_specs
 
 from . import app, cli, open_database
 
@@ -86,6 +88,27 @@ def add(
     db = open_database(ctx)
     for change in subscribers.add(db, table, actions, tag, columns, condition):
         click.echo(_describe(change))
+    _note_unhandled(ctx, tag)
+
+
+def _note_unhandled(ctx: click.Context, tag: str) -> None:
+    """Say so when no plugin known here handles ``tag``. That is allowed (the
+    listener may run elsewhere, with other plugins), but a mistyped tag would
+    otherwise only show as events that never leave."""
+    try:
+        handlers = collect_handlers(plugin_manager(plugin_specs()), app(ctx).config.handlers)
+    except SubsError:
+        return  # a plugin that fails to load is the listener's and `subs handlers`'s to report
+    if tag in handlers:
+        return
+    if tag in BUILTIN_TAGS:
+        remedy = f"the built-in one is active once subs.toml has a [handlers.{tag}] table"
+    else:
+        remedy = "give the listener a plugin that registers it (--plugin, SUBS_PLUGINS or an installed one)"
+    click.echo(
+        f"note: no handler here serves tag {tag!r}, so its events wait: {remedy}; `subs handlers` lists the known tags",
+        err=True,
+    )
 
 
 @cli.command()
