@@ -9,8 +9,11 @@
 --
 -- Captured rows (PK_ROW, OLD_ROW, NEW_ROW) are bytes:
 --     '~' then, per column: <n>:<name> <n>:<type> then '-' (NULL),
---     <n>:<value> or =<value>;
+--     <n>:<value>, =<value>; or ><n>:
 -- <n> counts bytes, so nothing needs escaping and any byte can be carried.
+-- '><n>:' (row images built by concatenation, Firebird 3 and 4.0.0-4.0.1,
+-- since version 26) is a BLOB's value of <n> bytes that follows the last
+-- column's part and a '^', after the values of the BLOBs before it.
 -- Types: i integer, N exact decimal (NUMERIC, DECIMAL, INT128, DECFLOAT),
 -- f binary float as <integer>p<exponent>, or as the 17 significant digits
 -- that give it back (OLD_ROW and NEW_ROW on Firebird 4 and later), or nan,
@@ -58,16 +61,17 @@ DECLARE has_blob BOOLEAN = FALSE;
 DECLARE decimal_floats BOOLEAN = TRUE;
 DECLARE blob_append BOOLEAN = TRUE;
 -- How row images are assembled ('v', 'a' or 'c': see below); the bytes
--- of the current VARCHAR run, of a column's part in it, and whether a run
--- is open; the current BLOB_APPEND's arguments; what goes before a
--- column's part, and what closes an image.
+-- of the current VARCHAR run and of a column's part in it; the current
+-- BLOB_APPEND's arguments; what goes before a column's part, and what
+-- closes an image; in 'c', the BLOB values that follow it.
 DECLARE assembly CHAR(1) CHARACTER SET ASCII;
 DECLARE run_bytes INTEGER = 1;
 DECLARE run_piece INTEGER;
 DECLARE arguments INTEGER = 2;
-DECLARE in_run BOOLEAN = TRUE;
 DECLARE opening VARCHAR(80) CHARACTER SET ASCII;
 DECLARE closing VARCHAR(100) CHARACTER SET ASCII;
+DECLARE old_blobs BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE new_blobs BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
 DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
 DECLARE field_type SMALLINT;
 DECLARE sub_type SMALLINT;
@@ -329,8 +333,10 @@ END
 -- the part goes into: 'k' a key, 'v' a row image built as a VARCHAR, 'a'
 -- one built with BLOB_APPEND, 'c' one built by BLOB concatenation (see
 -- EVENT_CAPTURE_SOURCE). In the last two a BLOB's value is not part of the
--- column's VARCHAR run: it joins the image on its own, once, after the run
--- (which its part closes).
+-- column's VARCHAR run: with BLOB_APPEND it joins the image on its own
+-- right after the run (which its part closes); in a concatenation the
+-- part is '>' and the value's length, and the value follows the image's
+-- '^' (EVENT_CAPTURE_SOURCE appends it).
 -- (Firebird 3 sub-functions cannot call each other: this one stands alone.)
 DECLARE FUNCTION fragment (context VARCHAR(3) CHARACTER SET ASCII, column_name VARCHAR(63) CHARACTER SET UTF8,
                            header_literal VARCHAR(3210) CHARACTER SET ASCII, type_code VARCHAR(70) CHARACTER SET UTF8,
@@ -381,7 +387,7 @@ BEGIN
     IF (assembly = 'a' AND field_length IS NULL) THEN
         RETURN prefix || 'OCTET_LENGTH(' || ref || ') || '':''), ' || ref || ', ''''';
     IF (assembly = 'c' AND field_length IS NULL) THEN
-        RETURN prefix || 'OCTET_LENGTH(' || ref || ') || '':'')) || COALESCE(' || ref || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
+        RETURN prefix || '''>'' || OCTET_LENGTH(' || ref || ') || '':'')';
     IF (assembly <> 'k' AND type_code <> 'x' AND type_code NOT STARTING WITH 's') THEN
         RETURN prefix || '''='' || ' || value_expr || ' || '';'')';
     RETURN prefix || 'OCTET_LENGTH(' || value_expr || ') || '':'' || ' || value_expr || ')';
@@ -463,8 +469,13 @@ BEGIN
     -- (W13: an update of rows with two 200 KB BLOBs cost 53 ms a row and
     -- left 2.7 times the events' bytes in temporary BLOBs when each
     -- column's part was concatenated in turn).
-    -- BLOB_APPEND (Firebird 4.0.2 and later) appends in place ('a');
-    -- elsewhere runs of VARCHAR parts join the BLOB values once each ('c').
+    -- BLOB_APPEND (Firebird 4.0.2 and later) appends in place ('a').
+    -- Elsewhere the parts go in runs that each fit a VARCHAR, the BLOB
+    -- values after all of them ('c'): each concatenation copies the image
+    -- so far, so a BLOB value between two runs was copied again by every
+    -- concatenation after it (Firebird 3: an update of rows with two 200 KB
+    -- BLOBs left 1.95 times the events' bytes). Such an image starts as a
+    -- VARCHAR when its runs fit in one, so only its BLOB values are copied.
     FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
                COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME)
         FROM RDB$RELATION_FIELDS rf
@@ -498,8 +509,9 @@ BEGIN
     ELSE
     BEGIN
         assembly = 'c';
-        old_expr = 'CAST(''~'' AS BLOB SUB_TYPE BINARY) || (''''';
-        closing = ')';
+        old_expr = IIF(row_bytes <= 32000, '(CAST(''~'' AS VARCHAR(1) CHARACTER SET OCTETS) || ''''',
+                       'CAST(''~'' AS BLOB SUB_TYPE BINARY) || (''''');
+        closing = ' || ''^'')';
     END
     new_expr = old_expr;
     key_old = '''~''';
@@ -550,14 +562,6 @@ BEGIN
                     arguments = 2;
                     run_bytes = 0;
                 END
-                ELSE IF (NOT in_run) THEN
-                BEGIN
-                    -- After a BLOB's value, in a concatenation: each one
-                    -- costs a copy of the image so far, an empty run too.
-                    opening = ' || (''''';
-                    in_run = TRUE;
-                    run_bytes = 0;
-                END
                 ELSE IF (run_bytes + run_piece > 32000) THEN
                 BEGIN
                     opening = IIF(assembly = 'a', ', ''''', ') || (''''');
@@ -567,11 +571,17 @@ BEGIN
                 old_fragment = opening || old_fragment;
                 new_fragment = opening || new_fragment;
                 run_bytes = run_bytes + run_piece;
-                IF (field_length IS NULL) THEN
+                IF (field_length IS NULL AND assembly = 'a') THEN
                 BEGIN
                     arguments = arguments + 2;
                     run_bytes = 0;
-                    in_run = (assembly = 'a');
+                END
+                IF (field_length IS NULL AND assembly = 'c') THEN
+                BEGIN
+                    old_blobs = old_blobs || nl || '                || COALESCE(OLD.' || q(column_name)
+                        || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
+                    new_blobs = new_blobs || nl || '                || COALESCE(NEW.' || q(column_name)
+                        || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
                 END
             END
             IF (CHAR_LENGTH(old_part) + CHAR_LENGTH(old_fragment) > 8000) THEN
@@ -594,10 +604,8 @@ BEGIN
             END
         END
     END
-    IF (assembly = 'c' AND NOT in_run) THEN
-        closing = '';
-    old_expr = old_expr || old_part || closing;
-    new_expr = new_expr || new_part || closing;
+    old_expr = old_expr || old_part || closing || old_blobs;
+    new_expr = new_expr || new_part || closing || new_blobs;
     -- A key longer than EVENT_LOG.PK_ROW holds is left out like a missing
     -- one (a longer PK_ROW would cost every insert of the log: about 1.4 µs
     -- per row for each 1,000 bytes of its declared length, embedded

@@ -151,7 +151,8 @@ def test_wide_rows_are_captured_as_blobs(settings):
 def test_rows_with_many_blobs_are_captured_whole(settings):
     """130 BLOBs and a run of VARCHARs longer than one VARCHAR holds: the
     image's parts pass BLOB_APPEND's 255 arguments (fb4, fb5) and make one
-    long chain of BLOB concatenations (fb3)."""
+    long chain of BLOB concatenations (fb3), its BLOB values after the other
+    columns' parts; the columns keep the table's order."""
     blobs = [f"T{i} BLOB SUB_TYPE TEXT, B{i} BLOB SUB_TYPE BINARY" for i in range(65)]
     texts = [f"V{i} VARCHAR(1000)" for i in range(12)]
     columns = ", ".join(blobs[:30] + texts + blobs[30:])
@@ -168,6 +169,8 @@ def test_rows_with_many_blobs_are_captured_whole(settings):
     execute(settings, "UPDATE MANY_BLOBS SET T0 = 'changed', B1 = NULL WHERE ID = 1", "DELETE FROM MANY_BLOBS")
     inserted, updated, deleted = events(settings)
     assert inserted["new"] == {"ID": 1, **values}
+    in_table_order = ["ID", *(column.split()[0] for column in columns.split(", "))]
+    assert list(inserted["new"]) == list(deleted["old"]) == in_table_order
     changed = {"ID": 1, **values, "T0": "changed", "B1": None}
     assert (updated["old"], updated["new"]) == (inserted["new"], changed)
     assert deleted["old"] == changed
@@ -242,6 +245,10 @@ def test_claims_larger_than_one_read_come_whole_and_in_order(settings):
             {"f": 0.30000000000000004, "g": -math.inf, "N": Decimal("-1.5E+3")},
         ),
         (b"~1:S1:S=2024-02-29 10:11:12.3456;1:b1:b-", {"S": dt.datetime(2024, 2, 29, 10, 11, 12, 345600), "b": None}),
+        # Since version 26 images built by concatenation put BLOB values after a '^', in order.
+        (b"~1:a1:x>3:1:t1:i=7;1:b5:sNONE>2:^ab\xffc\xfe", {"a": b"ab\xff", "t": 7, "b": b"c\xfe"}),
+        (b"~1:a1:x-1:b1:x>0:^", {"a": None, "b": b""}),
+        (b"~2:ID1:i=1;^", {"ID": 1}),
         # Rows captured before schema version 8: text, counted in characters.
         ("2:IDi1:5", {"ID": 5}),
         ("3:Kéys2:é:2:IDn", {"Kéy": "é:", "ID": None}),
@@ -252,7 +259,18 @@ def test_decode_reads_the_documented_format(data, expected):
 
 
 @pytest.mark.parametrize(
-    "data", [b"~2:ID1:i9:5", b"~2:ID1:q1:5", b"~2:ID1:i1:x", "2:IDz1:5", b"~2:ID1:i=5", b"~2:ID1:i=x;"]
+    "data",
+    [
+        b"~2:ID1:i9:5",
+        b"~2:ID1:q1:5",
+        b"~2:ID1:i1:x",
+        "2:IDz1:5",
+        b"~2:ID1:i=5",
+        b"~2:ID1:i=x;",
+        b"~1:a1:x>3:^ab",
+        b"~1:a1:x>1:^ab",
+        b"~1:a1:x>x:^a",
+    ],
 )
 def test_undecodable_rows_raise_one_kind_of_error(data):
     with pytest.raises(UndecodableEvent, match="cannot decode the captured row"):

@@ -5,9 +5,12 @@ The capture trigger (generated in the database, sql/capture.sql) writes a
 row as bytes: ``~`` then, per column, ``<n>:<name><n>:<type>`` and either
 ``-`` (NULL), ``<n>:<value>``, where ``<n>`` counts bytes, or ``=<value>;``
 (since schema version 18, for the types whose text never holds a ``;``:
-counting a value costs the trigger its expression twice). The type travels
-with every value, so an event decodes as it was captured, whatever DDL came
-after. Rows captured before schema version 8 are UTF-8 text without the
+counting a value costs the trigger its expression twice), or ``><n>:``
+(since version 26, in row images built by concatenation): a BLOB's value
+of ``<n>`` bytes, which follows the last column's part and a ``^``, after
+the values of the BLOBs before it (a concatenation copies what it appends
+to). The type travels with every value, so an event decodes as it was
+captured, whatever DDL came after. Rows captured before schema version 8 are UTF-8 text without the
 leading ``~`` and with character counts; they decode too.
 """
 
@@ -24,6 +27,7 @@ from .charsets import decode_text
 from .zones import zone
 
 FORMAT_MARK = b"~"
+BLOBS_MARK = b"^"
 
 
 class UndecodableEvent(ValueError):
@@ -105,7 +109,11 @@ def _decode(data: bytes) -> dict[str, Any]:
         position = data.index(b";", start) + 1
         return data[start : position - 1]
 
+    following: list[tuple[str, str, int]] = []  # BLOB values after the BLOBS_MARK: name, type, length
     while position < len(data):
+        if data[position : position + 1] == BLOBS_MARK:
+            position += 1
+            break
         name = counted().decode("utf-8")
         type_code = counted().decode("ascii")
         mark = data[position : position + 1]
@@ -114,8 +122,21 @@ def _decode(data: bytes) -> dict[str, Any]:
             values[name] = None
         elif mark == b"=":
             values[name] = _value(type_code, delimited())
+        elif mark == b">":
+            position += 1
+            colon = data.index(b":", position)
+            following.append((name, type_code, int(data[position:colon])))
+            position = colon + 1
+            values[name] = None  # keeps the column's place; its value follows
         else:
             values[name] = _value(type_code, counted())
+    for name, type_code, length in following:
+        if position + length > len(data):
+            raise ValueError("a BLOB's value runs past the end of the row")
+        values[name] = _value(type_code, data[position : position + length])
+        position += length
+    if position != len(data):
+        raise ValueError(f"{len(data) - position} byte(s) after the last value")
     return values
 
 

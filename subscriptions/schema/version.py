@@ -11,7 +11,7 @@ from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
-LATEST = 25
+LATEST = 26
 CHECK_EVERY = 5.0  # seconds between a running listener's or console's looks at the recorded version
 _RECORDED = re.compile(r"RETURN\s+(\d+)")
 
