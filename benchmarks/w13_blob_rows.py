@@ -4,7 +4,9 @@ subscribed for I, U and D: rows inserted from a client, then one statement
 updating every row's title, which copies no BLOB in the table itself but puts
 both BLOBs in each event twice (old and new). Besides the times, how much the
 database grew for the bytes the events carry: every concatenation of a BLOB
-in the trigger leaves a temporary BLOB behind until the commit."""
+in the trigger leaves a temporary BLOB behind until the commit. A third
+table has one binary BLOB between other columns, the shape where that
+mattered most (Firebird 3 before schema version 26)."""
 
 from __future__ import annotations
 
@@ -23,12 +25,15 @@ ENGINES = ("fb5", "fb3")
 # Bytes of each of a row's two BLOBs -> the share of the workload's rows.
 SIZES = {10_000: 1.0, 200_000: 0.2}
 LARGE = 200_000
+# The table with one BLOB: its rows' share, the BLOB's bytes.
+ONE_BLOB_SHARE, ONE_BLOB_SIZE = 0.2, 200_000
+ONE_BLOB = "one BLOB of 200 KB between other columns"
 INSERTS, UPDATE = "client inserts", "update of every row (one statement)"
 GROWTH = "database growth / bytes the events carry"
 
 
 def title(sizes: Sizes) -> str:
-    return f"capture cost on rows with two BLOBs; `subs add docs_N IUD tag`, {sizes.w13_rows:,} rows of 10 KB BLOBs"
+    return f"capture cost on rows with BLOBs; `subs add docs_N IUD tag`, {sizes.w13_rows:,} rows of two 10 KB BLOBs"
 
 
 def case(size: int) -> str:
@@ -37,15 +42,20 @@ def case(size: int) -> str:
 
 def _tables(settings: ConnectionSettings) -> None:
     with Database(settings) as db, db.transaction() as cursor:
-        for size in SIZES:
-            for prefix in ("PLAIN", "DOCS"):
+        for prefix in ("PLAIN", "DOCS"):
+            for size in SIZES:
                 cursor.execute(
                     f"CREATE TABLE {prefix}_{size} (ID INTEGER NOT NULL PRIMARY KEY, TITLE VARCHAR(100), "
                     "BODY BLOB SUB_TYPE TEXT, DATA BLOB SUB_TYPE BINARY)"
                 )
+            cursor.execute(
+                f"CREATE TABLE {prefix}_ONE (ID INTEGER NOT NULL PRIMARY KEY, TITLE VARCHAR(100), "
+                "DATA BLOB SUB_TYPE BINARY, NOTE VARCHAR(100), CHANGED_AT TIMESTAMP DEFAULT LOCALTIMESTAMP)"
+            )
     subs(settings, "init")
     for size in SIZES:
         subs(settings, "add", f"docs_{size}", "IUD", "tag")
+    subs(settings, "add", "docs_one", "IUD", "tag")
 
 
 def _allocated(db: Database) -> int:
@@ -55,7 +65,7 @@ def _allocated(db: Database) -> int:
         return int(cursor.fetchone()[0])
 
 
-def _write(db: Database, table: str, rows: int, size: int) -> tuple[float, float, int]:
+def _write(db: Database, table: str, rows: int, size: int, blobs: int = 2) -> tuple[float, float, int]:
     """Insert ``rows`` rows, then update them all: the two times and the
     database's growth over both."""
     text, data = "x" * size, os.urandom(size)
@@ -63,7 +73,12 @@ def _write(db: Database, table: str, rows: int, size: int) -> tuple[float, float
     began = time.perf_counter()
     with db.transaction() as cursor:
         for key in range(rows):
-            cursor.execute(f"INSERT INTO {table} (ID, TITLE, BODY, DATA) VALUES (?, 'draft', ?, ?)", (key, text, data))
+            if blobs == 2:
+                cursor.execute(
+                    f"INSERT INTO {table} (ID, TITLE, BODY, DATA) VALUES (?, 'draft', ?, ?)", (key, text, data)
+                )
+            else:
+                cursor.execute(f"INSERT INTO {table} (ID, TITLE, DATA, NOTE) VALUES (?, 'draft', ?, 'n')", (key, data))
     inserted = time.perf_counter()
     with db.transaction() as cursor:
         cursor.execute(f"UPDATE {table} SET TITLE = 'final'")
@@ -79,16 +94,18 @@ def run(ctx: Context, engine: Engine) -> None:
         try:
             _tables(settings)
             with Database(settings) as db:
-                for size, share in SIZES.items():
+                shapes = [(case(size), str(size), size, 2, share) for size, share in SIZES.items()]
+                shapes.append((ONE_BLOB, "ONE", ONE_BLOB_SIZE, 1, ONE_BLOB_SHARE))
+                for name, table, size, blobs, share in shapes:
                     rows = max(1, int(ctx.sizes.w13_rows * share))
-                    plain = _write(db, f"PLAIN_{size}", rows, size)
-                    captured = _write(db, f"DOCS_{size}", rows, size)
-                    rec.add(NAME, engine.name, case(size), f"x plain, {INSERTS}", "x", captured[0] / plain[0], repeat)
-                    rec.add(NAME, engine.name, case(size), f"x plain, {UPDATE}", "x", captured[1] / plain[1], repeat)
-                    rec.add(NAME, engine.name, case(size), f"{UPDATE}, per row", "ms", captured[1] / rows * 1e3, repeat)
-                    # An insert's event carries both BLOBs once, an update's twice.
-                    carried = rows * 2 * size * 3
-                    rec.add(NAME, engine.name, case(size), GROWTH, "x", (captured[2] - plain[2]) / carried, repeat)
+                    plain = _write(db, f"PLAIN_{table}", rows, size, blobs)
+                    captured = _write(db, f"DOCS_{table}", rows, size, blobs)
+                    rec.add(NAME, engine.name, name, f"x plain, {INSERTS}", "x", captured[0] / plain[0], repeat)
+                    rec.add(NAME, engine.name, name, f"x plain, {UPDATE}", "x", captured[1] / plain[1], repeat)
+                    rec.add(NAME, engine.name, name, f"{UPDATE}, per row", "ms", captured[1] / rows * 1e3, repeat)
+                    # An insert's event carries its BLOBs once, an update's twice.
+                    carried = rows * blobs * size * 3
+                    rec.add(NAME, engine.name, name, GROWTH, "x", (captured[2] - plain[2]) / carried, repeat)
         finally:
             engine.drop(settings)
     rec.note(
