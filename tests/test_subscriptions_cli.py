@@ -75,7 +75,7 @@ def test_add_notes_a_tag_no_handler_here_serves(subs, settings, tmp_path):
         "registers it (--plugin, SUBS_PLUGINS or an installed one); `subs handlers` lists the known tags"
     ]
     unconfigured = subs("add", "languages", "I", "send_email")
-    assert "once subs.toml has a [handlers.send_email] table" in unconfigured.stderr
+    assert "once subs.toml has a [handlers.send_email] table, or give the listener a plugin" in unconfigured.stderr
     plugin = tmp_path / "ring.py"
     plugin.write_text(
         "from subscriptions import hookimpl\n\n"

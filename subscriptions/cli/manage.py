@@ -101,10 +101,9 @@ def _note_unhandled(ctx: click.Context, tag: str) -> None:
         return  # a plugin that fails to load is the listener's and `subs handlers`'s to report
     if tag in handlers:
         return
+    remedy = "give the listener a plugin that registers it (--plugin, SUBS_PLUGINS or an installed one)"
     if tag in BUILTIN_TAGS:
-        remedy = f"the built-in one is active once subs.toml has a [handlers.{tag}] table"
-    else:
-        remedy = "give the listener a plugin that registers it (--plugin, SUBS_PLUGINS or an installed one)"
+        remedy = f"the built-in one is active once subs.toml has a [handlers.{tag}] table, or {remedy}"
     click.echo(
         f"note: no handler here serves tag {tag!r}, so its events wait: {remedy}; `subs handlers` lists the known tags",
         err=True,
