@@ -81,6 +81,35 @@ def test_a_backfilled_row_is_logged_exactly_as_its_trigger_logs_it(lines, subs: 
     assert snapshot == trigger
 
 
+def test_rows_with_blobs_are_backfilled_as_their_trigger_captures_them(settings, subs: Subs) -> None:
+    """BLOB values between other columns, NULL, empty, large and not UTF-8
+    (on Firebird 3 their values follow the other columns' parts)."""
+    execute(
+        settings,
+        "CREATE TABLE DOCS (ID INTEGER NOT NULL PRIMARY KEY, BODY BLOB SUB_TYPE TEXT CHARACTER SET NONE, "
+        "TITLE VARCHAR(20), DATA BLOB SUB_TYPE BINARY, NOTE BLOB SUB_TYPE TEXT CHARACTER SET UTF8, N INTEGER)",
+    )
+    rows = [
+        (1, b"\xff\xfe not UTF-8", "first", bytes(range(256)), "é" * 35_000, 1),
+        (2, None, "second", b"", None, None),
+        (3, b"", None, None, "", 3),
+    ]
+    for row in rows:
+        execute(settings, "INSERT INTO DOCS VALUES (?, ?, ?, ?, ?, ?)", params=row)
+    subs.ok("add", "docs", "I", "rec")
+    subs.ok("backfill", "docs", "rec")
+    execute(settings, "DELETE FROM DOCS WHERE ID = 1")
+    execute(settings, "INSERT INTO DOCS VALUES (?, ?, ?, ?, ?, ?)", params=rows[0])
+    columns = ("ID", "BODY", "TITLE", "DATA", "NOTE", "N")
+    expected = [dict(zip(columns, row, strict=True)) for row in rows]
+    expected[2]["BODY"] = ""  # NONE text that is UTF-8 arrives as text
+    assert [e["new"] for e in events(settings)] == [*expected, expected[0]]
+    with Database(settings) as db, db.transaction() as cursor:
+        cursor.execute("SELECT NEW_ROW FROM EVENT_LOG WHERE PK_ROW = (SELECT PK_ROW FROM EVENT_LOG WHERE EVENT_ID = 1)")
+        snapshot, trigger = (read_blob(image) for (image,) in cursor.fetchall())
+    assert snapshot == trigger
+
+
 def test_where_and_the_subscriptions_when_select_rows(lines, subs: Subs) -> None:
     subs.ok("remove", "lines", "I", "rec")
     subs.ok("add", "lines", "I", "rec", "--when", "NEW.QTY >= 100")
