@@ -123,7 +123,12 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
             handlers[tag] = Handler(tag, function, plugin, transactional, batch)
 
         arguments = {"register": register, "config": config}
-        impl.function(**{name: arguments[name] for name in impl.argnames})
+        try:
+            impl.function(**{name: arguments[name] for name in impl.argnames})
+        except SubsError:
+            raise
+        except Exception as exc:
+            raise SubsError(f"plugin {plugin} failed to register its handlers: {type(exc).__name__}: {exc}") from None
     for tag, table in config.items():
         target = table.get("use")
         if target is None:

@@ -86,6 +86,11 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
     result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "broken.py")])
     assert_one_line_error(result, "failed to import", "no_such_module_anywhere")
     assert_one_line_error(CliRunner().invoke(cli, ["handlers", "--plugin", "no.such.module"]), "no such module")
+    (tmp_path / "raises.py").write_text(
+        "from subscriptions import hookimpl\n\n@hookimpl\ndef register_handlers(register):\n    raise KeyError('smtp')\n"
+    )
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "raises.py")])
+    assert_one_line_error(result, "raises.py failed to register its handlers: KeyError: 'smtp'")
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
