@@ -90,8 +90,27 @@ def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:
         raise SubsError(f"an installed subs plugin failed to load: {type(exc).__name__}: {exc}") from None
     for spec in extra:
         if spec and manager.get_plugin(spec) is None:
-            manager.register(_import(spec), name=spec)
+            _register(manager, _import(spec), spec)
     return manager
+
+
+def _register(manager: pluggy.PluginManager, module: ModuleType, spec: str) -> None:
+    """Register a plugin named with --plugin or SUBS_PLUGINS; one that
+    implements no hook is a mistake (a missing ``@hookimpl``), not a plugin
+    without handlers. A module already loaded (a built-in, an installed
+    plugin) is not loaded twice."""
+    if manager.is_registered(module):
+        return
+    try:
+        manager.register(module, name=spec)
+    except pluggy.PluginValidationError as exc:
+        reason = str(exc).strip().splitlines()[-1]
+        raise SubsError(f"plugin {spec} does not fit subs's hooks: {reason}") from None
+    if not manager.get_hookcallers(module):
+        raise SubsError(
+            f"plugin {spec} implements no hook: mark its register_handlers with @hookimpl "
+            "(from subscriptions import hookimpl)"
+        )
 
 
 def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Handler]:

@@ -57,6 +57,17 @@ def test_plugins_from_entry_points_paths_and_env(tmp_path):
     found = {row["tag"]: row["plugin"] for row in json.loads(result.stdout)}
     assert found["from_entry_point"] == "ep"
     assert found["from_path"].endswith("by_path.py") and found["from_env"].endswith("by_env.py")
+    again = run_subs(
+        "handlers",
+        "--json",
+        "--plugin",
+        "ep_plugin",
+        "--plugin",
+        "subscriptions.builtin.log",
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert again.returncode == 0, again.stderr
+    assert {row["tag"]: row["plugin"] for row in json.loads(again.stdout)} == {"from_entry_point": "ep"}
 
 
 def test_without_handlers_the_list_says_how_to_get_one(tmp_path, monkeypatch):
@@ -87,10 +98,18 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
     assert_one_line_error(result, "failed to import", "no_such_module_anywhere")
     assert_one_line_error(CliRunner().invoke(cli, ["handlers", "--plugin", "no.such.module"]), "no such module")
     (tmp_path / "raises.py").write_text(
-        "from subscriptions import hookimpl\n\n@hookimpl\ndef register_handlers(register):\n    raise KeyError('smtp')\n"
+        PLUGIN.replace('register("{tag}", lambda event: None)', "raise KeyError('smtp')")
     )
     result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "raises.py")])
     assert_one_line_error(result, "raises.py failed to register its handlers: KeyError: 'smtp'")
+    (tmp_path / "misnamed.py").write_text(
+        "from subscriptions import hookimpl\n\n@hookimpl\ndef register_handlers(reg):\n    reg('x', print)\n"
+    )
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "misnamed.py")])
+    assert_one_line_error(result, "misnamed.py does not fit subs's hooks", "{'reg'}")
+    (tmp_path / "unmarked.py").write_text("def register_handlers(register):\n    register('x', print)\n")
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "unmarked.py")])
+    assert_one_line_error(result, "unmarked.py implements no hook", "@hookimpl")
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
