@@ -176,6 +176,20 @@ def test_rows_with_many_blobs_are_captured_whole(settings):
     assert deleted["old"] == changed
 
 
+def test_a_blob_row_whose_other_columns_nearly_fill_a_varchar(settings):
+    """On Firebird 3 the other columns' parts of such a row are one VARCHAR
+    of almost 32,000 bytes, which its BLOB values then follow."""
+    columns = ", ".join(f"C{i} VARCHAR(7000) CHARACTER SET WIN1252" for i in range(4))
+    execute(settings, f"CREATE TABLE NEARLY (ID INTEGER NOT NULL PRIMARY KEY, {columns}, B BLOB SUB_TYPE BINARY)")
+    Subs(settings).ok("add", "nearly", "IU", "t")
+    values = ("€" * 7000, "é" * 7000, "x" * 7000, "ü" * 7000, bytes(range(256)) * 100)
+    execute(settings, "INSERT INTO NEARLY VALUES (1, ?, ?, ?, ?, ?)", params=values)
+    execute(settings, "UPDATE NEARLY SET B = NULL")
+    inserted, updated = events(settings)
+    assert inserted["new"] == dict(zip(["ID", "C0", "C1", "C2", "C3", "B"], (1, *values), strict=True))
+    assert updated["new"] == {**inserted["new"], "B": None}
+
+
 def decoded(batch: list[Claimed]) -> list[Event]:
     """Claimed events as their handler process gets them."""
     events = [claimed.event() for claimed in batch]
