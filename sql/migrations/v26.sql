@@ -4,7 +4,8 @@
 -- between two runs of the other columns' parts, so every concatenation
 -- after it copied it again. The image now holds, in a BLOB column's place,
 -- '>' and the value's length; the values follow the last column's part and
--- a '^', and the runs before them start as a VARCHAR when they fit one.
+-- a '^', and the runs before them start as a VARCHAR when they fit one;
+-- the trigger appends each value that is not NULL in a statement of its own.
 -- Images built with BLOB_APPEND or as a VARCHAR, and keys, are as before;
 -- events captured before decode as they were.
 -- `subs init` regenerates the capture triggers after the upgrade.
@@ -49,15 +50,19 @@ DECLARE blob_append BOOLEAN = TRUE;
 -- How row images are assembled ('v', 'a' or 'c': see below); the bytes
 -- of the current VARCHAR run and of a column's part in it; the current
 -- BLOB_APPEND's arguments; what goes before a column's part, and what
--- closes an image; in 'c', the BLOB values that follow it.
+-- closes an image. In 'c', the BLOB values that follow an image: the
+-- trigger's statements that append each one that is not NULL, and the
+-- same as an expression (INSERT_ROW).
 DECLARE assembly CHAR(1) CHARACTER SET ASCII;
 DECLARE run_bytes INTEGER = 1;
 DECLARE run_piece INTEGER;
 DECLARE arguments INTEGER = 2;
 DECLARE opening VARCHAR(80) CHARACTER SET ASCII;
 DECLARE closing VARCHAR(100) CHARACTER SET ASCII;
-DECLARE old_blobs BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
-DECLARE new_blobs BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE old_appends BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE new_appends BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE inserted_blobs BLOB SUB_TYPE TEXT CHARACTER SET UTF8 = '';
+DECLARE column_ref VARCHAR(130) CHARACTER SET UTF8;
 DECLARE column_name VARCHAR(63) CHARACTER SET UTF8;
 DECLARE field_type SMALLINT;
 DECLARE sub_type SMALLINT;
@@ -461,7 +466,8 @@ BEGIN
     -- so far, so a BLOB value between two runs was copied again by every
     -- concatenation after it (Firebird 3: an update of rows with two 200 KB
     -- BLOBs left 1.95 times the events' bytes). Such an image starts as a
-    -- VARCHAR when its runs fit in one, so only its BLOB values are copied.
+    -- VARCHAR when its runs fit in one, so only its BLOB values are copied,
+    -- and the trigger appends each that is not NULL in a statement of its own.
     FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME), f.RDB$FIELD_TYPE, COALESCE(f.RDB$FIELD_SUB_TYPE, 0),
                COALESCE(f.RDB$FIELD_SCALE, 0), f.RDB$FIELD_LENGTH, TRIM(cs.RDB$CHARACTER_SET_NAME)
         FROM RDB$RELATION_FIELDS rf
@@ -563,12 +569,8 @@ BEGIN
                     run_bytes = 0;
                 END
                 IF (field_length IS NULL AND assembly = 'c') THEN
-                BEGIN
-                    old_blobs = old_blobs || nl || '                || COALESCE(OLD.' || q(column_name)
+                    inserted_blobs = inserted_blobs || nl || '                || COALESCE(NEW.' || q(column_name)
                         || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
-                    new_blobs = new_blobs || nl || '                || COALESCE(NEW.' || q(column_name)
-                        || ', CAST('''' AS VARCHAR(1) CHARACTER SET OCTETS))';
-                END
             END
             IF (CHAR_LENGTH(old_part) + CHAR_LENGTH(old_fragment) > 8000) THEN
             BEGIN
@@ -590,8 +592,8 @@ BEGIN
             END
         END
     END
-    old_expr = old_expr || old_part || closing || old_blobs;
-    new_expr = new_expr || new_part || closing || new_blobs;
+    old_expr = old_expr || old_part || closing;
+    new_expr = new_expr || new_part || closing;
     -- A key longer than EVENT_LOG.PK_ROW holds is left out like a missing
     -- one (a longer PK_ROW would cost every insert of the log: about 1.4 µs
     -- per row for each 1,000 bytes of its declared length, embedded
@@ -605,7 +607,7 @@ BEGIN
     IF (REASON IS NULL) THEN
     BEGIN
         INSERT_KEY = key_new;
-        INSERT_ROW = new_expr;
+        INSERT_ROW = new_expr || inserted_blobs;
     END
 
     -- Firebird compiles a trigger with at most 256 contexts, and every
@@ -786,15 +788,42 @@ BEGIN
     -- of the trigger's text, which every attachment compiles on its first
     -- write to the table.
     pad = IIF(gated, '        ', '    ');
+    -- A concatenated image's BLOB values, each appended in a statement of
+    -- its own, and only when it is not NULL: appending an empty one would
+    -- copy the image so far all the same.
+    IF (assembly = 'c') THEN
+        FOR SELECT TRIM(TRAILING FROM rf.RDB$FIELD_NAME)
+            FROM RDB$RELATION_FIELDS rf
+            JOIN RDB$FIELDS f ON f.RDB$FIELD_NAME = rf.RDB$FIELD_SOURCE
+            WHERE rf.RDB$RELATION_NAME = :TABLE_NAME
+              AND f.RDB$FIELD_TYPE = 261
+              AND f.RDB$DIMENSIONS IS NULL
+              AND f.RDB$COMPUTED_BLR IS NULL
+            ORDER BY rf.RDB$FIELD_POSITION
+            INTO column_name
+        DO
+        BEGIN
+            column_ref = q(column_name);
+            old_appends = old_appends || pad || '    IF (OLD.' || column_ref || ' IS NOT NULL) THEN old_values = old_values || OLD.'
+                || column_ref || ';' || nl;
+            new_appends = new_appends || pad || '    IF (NEW.' || column_ref || ' IS NOT NULL) THEN new_values = new_values || NEW.'
+                || column_ref || ';' || nl;
+        END
     IF (events CONTAINING 'DELETE' AND events <> 'DELETE') THEN
         capture = pad || 'IF (DELETING) THEN' || nl || pad || '    row_key = ' || key_old || ';' || nl
             || pad || 'ELSE' || nl || pad || '    row_key = ' || key_new || ';' || nl;
     ELSE
         capture = pad || 'row_key = ' || IIF(events = 'DELETE', key_old, key_new) || ';' || nl;
     IF (events CONTAINING 'UPDATE' OR events CONTAINING 'DELETE') THEN
-        capture = capture || pad || 'IF (NOT INSERTING) THEN' || nl || pad || '    old_values = ' || old_expr || ';' || nl;
+        capture = capture || pad || 'IF (NOT INSERTING) THEN' || nl
+            || IIF(old_appends = '', '', pad || 'BEGIN' || nl)
+            || pad || '    old_values = ' || old_expr || ';' || nl || old_appends
+            || IIF(old_appends = '', '', pad || 'END' || nl);
     IF (events CONTAINING 'INSERT' OR events CONTAINING 'UPDATE') THEN
-        capture = capture || pad || 'IF (NOT DELETING) THEN' || nl || pad || '    new_values = ' || new_expr || ';' || nl;
+        capture = capture || pad || 'IF (NOT DELETING) THEN' || nl
+            || IIF(new_appends = '', '', pad || 'BEGIN' || nl)
+            || pad || '    new_values = ' || new_expr || ';' || nl || new_appends
+            || IIF(new_appends = '', '', pad || 'END' || nl);
     declarations = declarations || declarations_part;
     IF (zone IS NOT NULL AND NOT shared_log) THEN
     BEGIN
