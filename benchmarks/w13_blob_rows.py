@@ -5,8 +5,9 @@ updating every row's title, which copies no BLOB in the table itself but puts
 both BLOBs in each event twice (old and new). Besides the times, how much the
 database grew for the bytes the events carry: every concatenation of a BLOB
 in the trigger leaves a temporary BLOB behind until the commit. A third
-table has one binary BLOB between other columns, the shape where that
-mattered most (Firebird 3 before schema version 26)."""
+table has one binary BLOB between other columns and a BLOB column left
+NULL after it, the shape where that mattered most (Firebird 3 before schema
+version 26)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ SIZES = {10_000: 1.0, 200_000: 0.2}
 LARGE = 200_000
 # The table with one BLOB: its rows' share, the BLOB's bytes.
 ONE_BLOB_SHARE, ONE_BLOB_SIZE = 0.2, 200_000
-ONE_BLOB = "one BLOB of 200 KB between other columns"
+ONE_BLOB = "one BLOB of 200 KB between other columns, one NULL"
 INSERTS, UPDATE = "client inserts", "update of every row (one statement)"
 GROWTH = "database growth / bytes the events carry"
 
@@ -50,7 +51,8 @@ def _tables(settings: ConnectionSettings) -> None:
                 )
             cursor.execute(
                 f"CREATE TABLE {prefix}_ONE (ID INTEGER NOT NULL PRIMARY KEY, TITLE VARCHAR(100), "
-                "DATA BLOB SUB_TYPE BINARY, NOTE VARCHAR(100), CHANGED_AT TIMESTAMP DEFAULT LOCALTIMESTAMP)"
+                "DATA BLOB SUB_TYPE BINARY, EXTRA BLOB SUB_TYPE BINARY, NOTE VARCHAR(100), "
+                "CHANGED_AT TIMESTAMP DEFAULT LOCALTIMESTAMP)"
             )
     subs(settings, "init")
     for size in SIZES:
