@@ -10,8 +10,9 @@ counting a value costs the trigger its expression twice), or ``><n>:``
 of ``<n>`` bytes, which follows the last column's part and a ``^``, after
 the values of the BLOBs before it (a concatenation copies what it appends
 to). The type travels with every value, so an event decodes as it was
-captured, whatever DDL came after. Rows captured before schema version 8 are UTF-8 text without the
-leading ``~`` and with character counts; they decode too.
+captured, whatever DDL came after. Rows captured before schema version 8
+are UTF-8 text without the leading ``~`` and with character counts; they
+decode too.
 """
 
 from __future__ import annotations
