@@ -95,10 +95,10 @@ def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:
 
 
 def _register(manager: pluggy.PluginManager, module: ModuleType, spec: str) -> None:
-    """Register a plugin named with --plugin or SUBS_PLUGINS; one that
-    implements no hook is a mistake (a missing ``@hookimpl``), not a plugin
-    without handlers. A module already loaded (a built-in, an installed
-    plugin) is not loaded twice."""
+    """Register a plugin named with --plugin or SUBS_PLUGINS. A module
+    already loaded (a built-in, an installed plugin) is not loaded twice.
+    One that implements no hook is taken as it is: it may be loaded for
+    what its import does."""
     if manager.is_registered(module):
         return
     try:
@@ -106,11 +106,6 @@ def _register(manager: pluggy.PluginManager, module: ModuleType, spec: str) -> N
     except pluggy.PluginValidationError as exc:
         reason = str(exc).strip().splitlines()[-1]
         raise SubsError(f"plugin {spec} does not fit subs's hooks: {reason}") from None
-    if not manager.get_hookcallers(module):
-        raise SubsError(
-            f"plugin {spec} implements no hook: mark its register_handlers with @hookimpl "
-            "(from subscriptions import hookimpl)"
-        )
 
 
 def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Handler]:

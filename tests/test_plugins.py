@@ -107,9 +107,6 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
     )
     result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "misnamed.py")])
     assert_one_line_error(result, "misnamed.py does not fit subs's hooks", "{'reg'}")
-    (tmp_path / "unmarked.py").write_text("def register_handlers(register):\n    register('x', print)\n")
-    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "unmarked.py")])
-    assert_one_line_error(result, "unmarked.py implements no hook", "@hookimpl")
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
