@@ -8,12 +8,14 @@ can log ``extra={"tag": tag, "event_id": n}`` and have them searchable.
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import io
 import json
 import logging
 import logging.handlers
 import os
 import sys
+from typing import TextIO
 
 from subscriptions.errors import SubsError
 
@@ -27,6 +29,8 @@ _STANDARD_ATTRS = frozenset(
 
 # Handlers installed by the last configure(), so a second call replaces only ours.
 _installed: list[logging.Handler] = []
+# The logfile faulthandler writes to: it keeps only the descriptor, so we keep the file.
+_crash_report: list[TextIO] = []
 
 
 def open_append(path: str) -> int:
@@ -94,3 +98,22 @@ def configure(*, level: str = "INFO", fmt: str = "text", logfile: str | None = N
     _installed[:] = [handler]
     root.addHandler(handler)
     root.setLevel(levels[level.upper()])
+    _report_crashes(logfile)
+
+
+def _report_crashes(logfile: str | None) -> None:
+    """Have a crash in native code write every thread's Python stack where the
+    logs go. The embedded Firebird engine runs inside our processes and can
+    crash after another process of the database was SIGKILLed
+    (tests/SOAK-NOTES.md, finding 8); the log line about the dead worker only
+    names the signal, and the stack is what a bug report needs."""
+    report: TextIO = os.fdopen(open_append(logfile), "a", encoding="utf-8") if logfile else sys.stderr
+    try:
+        faulthandler.enable(file=report, all_threads=True)
+    except (AttributeError, OSError, ValueError):  # captured output (click's runner) has no descriptor
+        if logfile:
+            report.close()
+        return
+    for opened in _crash_report:
+        opened.close()
+    _crash_report[:] = [report] if logfile else []

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import faulthandler
 import http.client
 import json
 import logging
 import os
 import pickle
 import re
+import signal
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +40,37 @@ def restore_root_logger() -> Iterator[None]:
             root.removeHandler(handler)
             handler.close()
     root.setLevel(level)
+    faulthandler.enable(file=sys.__stderr__)  # configure() pointed it at the test's logfile
+
+
+CRASH = """
+import ctypes, logging, sys
+from subscriptions import logs
+logs.configure(logfile=sys.argv[1] or None)
+logging.getLogger("subs.test").warning("about to crash")
+
+def call_the_engine():
+    ctypes.string_at(0)  # a read of address 0, as a fault in a native library does
+
+call_the_engine()
+"""
+
+
+@pytest.mark.parametrize("where", ["logfile", "stderr"])
+def test_a_crash_in_native_code_writes_the_python_stacks_where_the_logs_go(where: str, tmp_path: Path) -> None:
+    logfile = tmp_path / "subs.log"
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASH, str(logfile) if where == "logfile" else ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert crashed.returncode == -signal.SIGSEGV
+    log = logfile.read_text() if where == "logfile" else crashed.stderr
+    assert "WARNING subs.test: about to crash" in log
+    report = log.split("about to crash", 1)[1]
+    assert "Fatal Python error: Segmentation fault" in report
+    assert re.search(r'File "<string>", line \d+ in call_the_engine', report), report
 
 
 def test_json_lines_have_extras_and_exceptions(tmp_path: Path) -> None:

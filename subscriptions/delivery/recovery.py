@@ -30,7 +30,8 @@ def exit_reason(exitcode: int | None, process: str = "handler process") -> str:
 def how_it_ended(exitcode: int | None) -> str:
     """``exited with code 1``, or ``died of SIGABRT (signal 6)``: the name
     tells an operator at once a kill (SIGKILL: the OOM killer, a person)
-    from a crash (SIGABRT, SIGSEGV: a core dump to look for)."""
+    from a crash (SIGABRT, SIGSEGV: its Python stacks are in the log,
+    see logs.configure, and there may be a core dump)."""
     if exitcode is None or exitcode >= 0:
         return f"exited with code {exitcode}"
     name = _signal_name(-exitcode)
