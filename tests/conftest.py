@@ -64,19 +64,26 @@ class EngineWedged(AssertionError):
     7). subs cannot end that, so the test runs once more."""
 
 
+class EngineCrashed(AssertionError):
+    """Raised by a test when a process of its own that runs only Python and
+    the embedded engine's library (the soak's, which queries the database)
+    died of a crash: the engine's fault after a SIGKILL, like a wedge
+    (tests/SOAK-NOTES.md, finding 8), so the test runs once more."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that failed because an engine failed under it runs once more:
     the Firebird 3 server crashed (Firebird 3.0.11 can die with "Fatal lock
     manager error: invalid lock id" when DDL on a table commits while other
     attachments write it, FirebirdSQL/firebird#8817, an engine race: seen
     twice in a day of runs, in test_concurrency), or the test raised
-    EngineWedged. Any other failure fails at once."""
+    EngineWedged or EngineCrashed. Any other failure fails at once."""
     for item in items:
         item.add_marker(pytest.mark.flaky(reruns=1, condition=partial(engine_failed_under, item)))
 
 
 def engine_failed_under(item: pytest.Item, error: BaseException | None) -> bool:
-    if isinstance(error, EngineWedged):
+    if isinstance(error, (EngineWedged, EngineCrashed)):
         warnings.warn(f"{error}; the test runs again")
         return True
     if SERVER_CRASH not in item.stash:

@@ -16,6 +16,7 @@ The work directory (records, logs, evidence) is kept when a check fails.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import random
@@ -521,6 +522,7 @@ def stop_on_signals() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    faulthandler.enable()  # a crash inside the engine shows where Python called it
     stop_on_signals()
     soak = Soak(parse_args(argv))
     passed = False
