@@ -37,10 +37,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
+SETTINGS = ("command", "timeout", "cwd", "env")
 DEFAULT_TIMEOUT = 30.0
 STDERR_TAIL = 200
 
@@ -123,6 +124,7 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("exec", config).items():
+        check_setting_names(tag, settings, "exec", SETTINGS)
         _command(tag, settings)  # a missing command is a start-up error, not a retried failure
         positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
         _extra_environment(tag, settings)

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from subscriptions import hookimpl
+from subscriptions.config import check_setting_names, tables_using
 from subscriptions.events import Event
+
+SETTINGS = ("path",)
 
 _lock = threading.Lock()
 """One lock for every destination: lines from concurrent deliveries never interleave."""
@@ -39,4 +42,6 @@ def write(event: Event, settings: Mapping[str, Any]) -> None:
 
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
+    for tag, settings in tables_using("log", config).items():
+        check_setting_names(tag, settings, "log", SETTINGS)
     register("log", lambda event: write(event, config.get(event.tag, {})))

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using
 from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.events import Event
 
@@ -66,6 +66,7 @@ DEFAULT_TIMEOUT = 10.0
 NO_RESPONDERS = "503"  # the status of the server's answer when no stream takes the subject
 _NOT_IN_TOKEN = re.compile(r"[.*>\s\x00-\x1f\x7f]")
 _LOGIN_KEYS = ("user", "password", "token", "creds")
+SETTINGS = ("url", *_LOGIN_KEYS, "subject", "timeout")
 _FIELDS = (
     "id",
     "table",
@@ -425,6 +426,7 @@ def relay(events: list[Event], config: Mapping[str, Mapping[str, Any]]) -> Seque
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, table in tables_using("nats", config).items():
+        check_setting_names(tag, table, "nats", SETTINGS)
         _settings(tag, table)  # a missing url is a start-up error, not a retried failure
     register("nats", lambda events: relay(events, config), batch=True)
 

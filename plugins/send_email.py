@@ -45,12 +45,13 @@ from email.message import EmailMessage
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using
 from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.events import Event, dumps
 
 from . import tls
 
+SETTINGS = ("from", "to", "subject", "host", "port", "starttls", "ssl", "ca_file", "username", "password", "timeout")
 DEFAULT_SUBJECT = "subs: {table} {action} {pk}"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -289,6 +290,7 @@ def send(event: Event, settings: Mapping[str, Any]) -> None:
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("send_email", config).items():
         # Bad settings are a start-up error, not a retried failure.
+        check_setting_names(tag, settings, "send_email", SETTINGS)
         message(_sample_event(tag), settings)
         _server(tag, settings)
     register("send_email", lambda event: send(event, config.get(event.tag, {})))

@@ -52,12 +52,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from subscriptions import __version__, hookimpl
-from subscriptions.config import positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using
 from subscriptions.errors import RetryLater, SubsError, Undeliverable
 from subscriptions.events import Event
 
 from . import tls
 
+SETTINGS = ("url", "timeout", "headers", "secret", *tls.FILES)
 DEFAULT_TIMEOUT = 10.0
 # Statuses whose Retry-After says when the receiver wants us back (RFC 9110, RFC 6585).
 _THROTTLED = (429, 503)
@@ -227,5 +228,6 @@ def post(event: Event, settings: Mapping[str, Any]) -> None:
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("webhook", config).items():
+        check_setting_names(tag, settings, "webhook", SETTINGS)
         _check_transport(tag, _target(tag, settings))  # a missing url or file: a start-up error, not retries
     register("webhook", lambda event: post(event, config.get(event.tag, {})))

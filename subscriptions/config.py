@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,18 @@ def tables_using(handler: str, config: Mapping[str, Mapping[str, Any]]) -> dict[
     """The ``[handlers.TAG]`` tables served by ``handler``: its own and its aliases'
     (``use = "handler"``), so a plugin can check them all at start-up."""
     return {tag: table for tag, table in config.items() if tag == handler or table.get("use") == handler}
+
+
+def check_setting_names(tag: str, settings: Mapping[str, Any], handler: str, known: Collection[str]) -> None:
+    """Refuse a key ``handler`` does not read in ``[handlers.TAG]``: a misspelt
+    one (``timout``, ``secert``) would otherwise be ignored in silence, and
+    the handler would run on its default (unsigned, for a webhook's secret)."""
+    unknown = sorted(set(settings) - set(known) - {"use"})
+    if unknown:
+        raise SubsError(
+            f"[handlers.{tag}] has no setting {', '.join(unknown)} ({handler} reads {', '.join(sorted(known))}); "
+            f"check its spelling in subs.toml or in SUBS__{tag.upper()}__* environment variables"
+        )
 
 
 def positive_setting(

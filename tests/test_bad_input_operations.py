@@ -91,6 +91,7 @@ CASES = {
     "config with a misspelt key": (["--config", "{tmp}/key.toml", "list"], "unknown [database] key(s) pasword", 1),
     "webhook without url": (["--config", "{tmp}/webhook.toml", "listen"], "url", 1),
     "webhook with a short secret": (["--config", "{tmp}/secret.toml", "listen"], "secret holds 9 bytes; use 24", 1),
+    "a misspelt handler setting": (["--config", "{tmp}/timout.toml", "listen"], "has no setting timout", 1),
 }
 
 FILES = {
@@ -102,6 +103,7 @@ FILES = {
     "key.toml": "[database]\npasword = 'x'\n",
     "webhook.toml": "[handlers.webhook]\ntimeout = 3\n",
     "secret.toml": '[handlers.webhook]\nurl = "http://127.0.0.1:9/"\nsecret = "whsec_c2hvcnRvbmUh"\n',
+    "timout.toml": '[handlers.webhook]\nurl = "http://127.0.0.1:9/"\ntimout = 3\n',
 }
 
 

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import shlex
 import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
+from subscriptions.builtin import exec as exec_plugin
+from subscriptions.builtin import log as log_plugin
+from subscriptions.builtin import nats_relay, send_email, webhook
 from subscriptions.errors import SubsError
 from subscriptions.plugins import BUILTIN_TAGS
 from subscriptions.testing import deliver, load_handlers, make_event
@@ -164,6 +169,19 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
         ({"exec": {"command": "x", "timeout": 1e300}}, "timeout must be a positive number up to 86400, not 1e+300"),
         ({"webhook": {"url": "http://x", "timeout": "nan"}}, "timeout must be a positive number up to 86400"),
         ({"send_email": {"from": "s@x", "to": "a@x", "port": 70000}}, "port must be a positive number up to 65535"),
+        (
+            {"webhook": {"url": "http://x", "timout": 3}},
+            "[handlers.webhook] has no setting timout (webhook reads ca_file, client_cert, client_key, headers, "
+            "secret, timeout, url); check its spelling in subs.toml or in SUBS__WEBHOOK__* environment variables",
+        ),
+        (
+            {"audit": {"use": "webhook", "url": "http://x", "secert": "x"}},
+            "[handlers.audit] has no setting secert",
+        ),
+        ({"log": {"path": "/tmp/x", "pathh": "/tmp/y"}}, "[handlers.log] has no setting pathh (log reads path)"),
+        ({"send_email": {"from": "s@x", "to": "a@x", "tls": True, "user": "u"}}, "has no setting tls, user"),
+        ({"exec": {"command": "x", "args": ["-v"]}}, "[handlers.exec] has no setting args"),
+        ({"nats": {"url": "nats://x:4222", "stream": "S"}}, "[handlers.nats] has no setting stream"),
     ],
 )
 def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragment: str) -> None:
@@ -171,6 +189,22 @@ def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragme
     with pytest.raises(SubsError) as error:
         load_handlers(config=config)
     assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("module", [exec_plugin, log_plugin, nats_relay, send_email, webhook])
+def test_each_builtin_reads_the_settings_its_docstring_names(module: ModuleType) -> None:
+    """The settings a built-in accepts (``SETTINGS``: any other is refused at
+    start-up) are the ones its docstring documents."""
+    documented: set[str] = set()
+    in_settings = False
+    for line in (module.__doc__ or "").splitlines():
+        if line.startswith("Settings ("):
+            in_settings = True
+        elif in_settings and line.startswith("``"):
+            documented.update(re.findall(r"``(\w+)``", line))
+        elif in_settings and line and not line.startswith(" "):
+            break
+    assert documented == set(module.SETTINGS)
 
 
 PLUGIN = """
