@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from subscriptions.db.connection import Database
+from subscriptions.delivery.batching import BatchSize
+from subscriptions.delivery.claims import Claimer, load_targets, streams
+from subscriptions.delivery.dispatch import Dispatcher
 from subscriptions.delivery.handler_process import Job
 from subscriptions.delivery.metrics import Metrics
 from subscriptions.delivery.options import ListenOptions
@@ -218,6 +222,61 @@ def test_a_job_handed_to_a_process_that_just_died_is_settled_with_it(settings):
         assert metrics.snapshot()["process_exits"] == {("handler", "SIGKILL"): 1}
     finally:
         pool.close()
+
+
+HELD = """
+SELECT (SELECT COUNT(*) FROM EVENT_SPAN WHERE EXPIRES_AT > EVENT_NOW())
+     + (SELECT COUNT(*) FROM EVENT_LEASE WHERE HOLDER IS NOT NULL),
+       (SELECT COUNT(*) FROM EVENT_LOG WHERE NOT DEAD)
+FROM RDB$DATABASE
+"""
+
+
+def started(pool: HandlerPool) -> bool:
+    for slot in pool.wait(0.5):
+        pool.receive(slot)
+    return all(slot.ready for slot in pool.slots)
+
+
+def settled(dispatcher: Dispatcher, claimer: Claimer) -> bool:
+    dispatcher.collect(claimer, 0.5)
+    return not dispatcher.busy()
+
+
+@pytest.mark.parametrize("mode", ["parallel", "ordered"])
+def test_events_claimed_while_every_handler_process_died_are_handed_to_the_places_taken_before(items, mode):
+    """A claim hands its events to the places it was sized for. Looking for
+    places again after it found the processes that died meanwhile, replaced
+    them with processes not ready yet, and found no place: the claimer died
+    (ZeroDivisionError in parallel mode, IndexError in ordered mode) with the
+    events in hand until their lease ran out. Now the jobs go to the dead
+    processes, whose deaths settle them: nothing stays held."""
+    insert(items, 1, 4)
+    options = ListenOptions(settings=items, workers=2, mode=mode)
+    with Database(items) as db:
+        claimer = Claimer(db, owner(), 30)
+        targets = {target.sub_id: target for target in load_targets(db)}
+        dispatcher = Dispatcher(options, owner(), Metrics(), BatchSize(2), lambda _: True)
+        try:
+            wait_until(lambda: started(dispatcher.pool), 60, "the handler processes to start")
+            places = dispatcher.open_slots()
+            assert len(places) == 4, "two processes, each running one job and holding the next"
+            for slot in dispatcher.pool.slots:  # both die while the claim runs
+                slot.process.kill()
+                slot.process.join(10)
+            if mode == "parallel":
+                events = claimer.claim(targets, 2 * len(places))
+                dispatcher.hand_out(events, 2, places)
+            else:
+                ((stream, stream_targets),) = streams(targets.values()).items()
+                events = claimer.claim_head(stream_targets, 2)
+                dispatcher.hand_stream(stream, events, places[0])
+            assert events and query(items, HELD)[0][0] > 0
+            wait_until(lambda: settled(dispatcher, claimer), 60, "the jobs' settling")
+            dispatcher.acknowledge(claimer)
+        finally:
+            dispatcher.close()
+    assert query(items, HELD) == [(0, 4)], "no event held, none handled, none dead"
 
 
 # The listener's transactions, their age and their owner (``host:pid``):

@@ -749,6 +749,45 @@ def test_reaping_orphans_leaves_alone_the_processes_someone_waits_for() -> None:
     assert result.stdout == "True True 3\n", result.stderr
 
 
+# A claimer whose run fails with an error of subs's own (a bug): the atexit
+# hook stands for the driver's, which waits for ever for a thread still
+# inside the engine (seen in a soak: the floors' look after kills).
+FAILING_CLAIMER = """
+import atexit, pathlib, sys
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery import worker
+from subscriptions.delivery.options import ListenOptions
+
+atexit.register(pathlib.Path(sys.argv[2]).write_text, "the interpreter shut down")
+
+def fail(self):
+    raise ZeroDivisionError("division by zero")
+
+worker.Worker.run = fail
+worker.main(ListenOptions(settings=ConnectionSettings(sys.argv[1]), workers=1, log_file=sys.argv[3]), None)
+"""
+
+
+def test_a_claimer_that_fails_logs_why_and_leaves_without_interpreter_shutdown(items, tmp_path) -> None:
+    """It used to leave through multiprocessing's sys.exit, whose shutdown
+    ran the driver's exit hook; the supervisor then saw a live claimer that
+    did nothing until its stall limit."""
+    shutdown, logfile = tmp_path / "shutdown.txt", tmp_path / "claimer.log"
+    env = {**os.environ, "ISC_USER": items.effective_user, "ISC_PASSWORD": items.password or ""}
+    claimer = subprocess.run(
+        [sys.executable, "-c", FAILING_CLAIMER, items.dsn, str(shutdown), str(logfile)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert claimer.returncode == 1, claimer.stderr
+    log = logfile.read_text()
+    assert "ERROR subs.worker: the claimer failed; the listener starts a new one\nTraceback" in log, log
+    assert log.rstrip().endswith("ZeroDivisionError: division by zero"), log
+    assert not shutdown.exists() and not claimer.stderr
+
+
 def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_stop_ends(items, tmp_path, listeners):
     """A claimer killed again and again (a crash loop) is not started anew
     every second; SIGTERM during the pause stops the listener at once rather

@@ -81,6 +81,14 @@ class Dispatcher:
         """Jobs the handler processes take now (each runs one and holds the next)."""
         return len(self.pool.open_slots())
 
+    def open_slots(self) -> list[Slot]:
+        """The places for those jobs, one per job. A claim hands its events to
+        the places taken before it: while it ran, a process may have died,
+        and looking again would replace it with one not ready yet, leaving
+        fewer places than events claimed for them (seen: none at all). A job
+        handed to a dead process is settled as never started."""
+        return self.pool.open_slots()
+
     def idle(self) -> bool:
         """Whether a handler process has nothing to do."""
         return self.pool.idle_count() > 0
@@ -137,12 +145,12 @@ class Dispatcher:
 
     # -- handing out ------------------------------------------------------------------
 
-    def hand_out(self, events: list[Claimed], batch: int) -> None:
-        """Parallel mode: share ``events`` among the processes that take a
-        job, in log order: jobs of up to ``batch`` events, but one for every
-        idle process when there are fewer."""
-        places = self.pool.open_slots()
-        jobs = min(len(places), max(math.ceil(len(events) / batch), min(len(events), self.pool.idle_count())))
+    def hand_out(self, events: list[Claimed], batch: int, places: list[Slot]) -> None:
+        """Parallel mode: share ``events`` among ``places`` (open_slots, taken
+        before the claim), in log order: jobs of up to ``batch`` events, but
+        one for every idle process when there are fewer."""
+        idle = len({id(slot) for slot in places if not slot.queue})
+        jobs = min(len(places), max(math.ceil(len(events) / batch), min(len(events), idle)))
         share = math.ceil(len(events) / jobs)
         self.in_flight.add(event.id for event in events)
         for event in events:
@@ -153,12 +161,12 @@ class Dispatcher:
             if part:
                 self.pool.hand(slot, Job(part, in_order=False))
 
-    def hand_stream(self, stream: Stream, events: list[Claimed], after: Slot | None = None) -> None:
-        """Ordered mode: one stream's first events, to one process; or the
-        batch that follows the one running ``after`` in that slot."""
+    def hand_stream(self, stream: Stream, events: list[Claimed], slot: Slot, *, follows: bool = False) -> None:
+        """Ordered mode: one stream's first events, to the slot taken before
+        the claim (open_slots); or, ``follows``, the batch that follows the
+        one running in ``slot``."""
         self.in_flight.add(event.id for event in events)
-        slot = after or self.pool.open_slots()[0]
-        self.pool.hand(slot, Job(events, in_order=True, follows=after is not None), stream)
+        self.pool.hand(slot, Job(events, in_order=True, follows=follows), stream)
 
     # -- collecting -------------------------------------------------------------------
 

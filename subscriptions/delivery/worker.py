@@ -399,10 +399,13 @@ class Worker:
         """Parallel mode: a batch for each idle handler process. Returns
         whether anything was claimed and whether it got all it asked for."""
         batch = self.batch.size({target.tag for target in self.targets.values()})
-        wanted = batch * self.dispatcher.free_slots()
+        places = self.dispatcher.open_slots()
+        if not places:
+            return False, True
+        wanted = batch * len(places)
         events = claimer.claim(self.targets, wanted, resume=not self.dispatcher.came_back())
         if events:
-            self.dispatcher.hand_out(events, batch)
+            self.dispatcher.hand_out(events, batch, places)
         return bool(events), len(events) >= wanted
 
     def _claim_streams(self, claimer: Claimer) -> tuple[bool, bool]:
@@ -419,14 +422,15 @@ class Worker:
         for key, stream in idle.items():
             if not any(target.sub_id in ready for target in stream):
                 continue
-            if not self.dispatcher.free_slots() or self.stop.is_set():
+            places = self.dispatcher.open_slots()
+            if not places or self.stop.is_set():
                 left = True
                 break
             events = claimer.claim_head(stream, self.batch.size([key[1]]))
             if events:
                 claimed = True
                 self.heads.claimed(key)
-                self.dispatcher.hand_stream(key, events)
+                self.dispatcher.hand_stream(key, events, places[0])
         for key, slot, running, holding in self.dispatcher.running_streams():
             limit = self.batch.size([key[1]])
             if len(running) < limit or key not in by_key or self.stop.is_set():
@@ -434,7 +438,7 @@ class Worker:
             events = claimer.claim_next(by_key[key], running[-1].id, holding, limit)
             if events:
                 claimed = True
-                self.dispatcher.hand_stream(key, events, after=slot)
+                self.dispatcher.hand_stream(key, events, slot, follows=True)
         return claimed, left or self.heads.probe_due
 
     def _waiting_for_lock(self, claimer: Claimer) -> bool:
@@ -463,10 +467,16 @@ def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double 
     if parent:
         lifeline.die_with(parent)
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
-    worker = Worker(options, reports, progress)
-    worker._install_signal_handlers()
-    code = worker.run()
+    try:
+        worker = Worker(options, reports, progress)
+        worker._install_signal_handlers()
+        code = worker.run()
+    except BaseException:
+        log.exception("the claimer failed; the listener starts a new one")
+        code = 1
     logging.shutdown()
-    # Leave without interpreter shutdown: driver threads left by a dead
-    # attachment or a hung handler must not keep the process alive.
+    # Leave without interpreter shutdown, also after an error: driver threads
+    # left by a dead attachment or a hung handler must not keep the process
+    # alive, and the driver's exit hook (provider shutdown) waits for ever
+    # for a thread of ours still inside the engine (seen: the floors' look).
     os._exit(code)
