@@ -788,6 +788,41 @@ def test_a_claimer_that_fails_logs_why_and_leaves_without_interpreter_shutdown(i
     assert not shutdown.exists() and not claimer.stderr
 
 
+# A handler process whose job fails with an error of subs's own: its exit
+# used to discard the error and report success (os._exit(0) in a finally).
+FAILING_HANDLER_PROCESS = """
+import multiprocessing, os, sys
+from ctypes import c_bool, c_longlong
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery import handler_process
+from subscriptions.delivery.options import ListenOptions
+
+def fail(self, job, reporter):
+    raise IndexError("list index out of range")
+
+handler_process.Runner.run = fail
+claimer_end, own_end = multiprocessing.Pipe()
+claimer_end.send(handler_process.Job([], in_order=False))
+options = ListenOptions(settings=ConnectionSettings(sys.argv[1]), workers=1, log_file=sys.argv[2])
+stop, progress = multiprocessing.RawValue(c_bool, False), multiprocessing.RawArray(c_longlong, 3)
+handler_process.main(options, own_end, stop, progress, "test:1", os.getppid())
+"""
+
+
+def test_a_handler_process_that_fails_logs_why_and_exits_with_an_error(tmp_path) -> None:
+    logfile = tmp_path / "handler.log"
+    process = subprocess.run(
+        [sys.executable, "-c", FAILING_HANDLER_PROCESS, str(tmp_path / "unused.fdb"), str(logfile)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 1, process.stderr
+    log = logfile.read_text()
+    assert "ERROR subs.handler: the handler process failed; its claimer starts a new one\nTraceback" in log, log
+    assert log.rstrip().endswith("IndexError: list index out of range"), log
+
+
 def test_a_claimer_that_keeps_dying_is_restarted_after_growing_pauses_that_a_stop_ends(items, tmp_path, listeners):
     """A claimer killed again and again (a crash loop) is not started anew
     every second; SIGTERM during the pause stops the listener at once rather

@@ -276,6 +276,9 @@ def main(
                 )
                 code = EXIT_RECYCLED
                 break
+    except BaseException:  # a fault of subs's (handlers' errors are reports); the exit below would hide it
+        log.exception("the handler process failed; its claimer starts a new one")
+        code = 1
     finally:
         runner.close()
         logging.shutdown()
