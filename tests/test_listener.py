@@ -772,20 +772,22 @@ def test_a_claimer_that_fails_logs_why_and_leaves_without_interpreter_shutdown(i
     """It used to leave through multiprocessing's sys.exit, whose shutdown
     ran the driver's exit hook; the supervisor then saw a live claimer that
     did nothing until its stall limit."""
-    shutdown, logfile = tmp_path / "shutdown.txt", tmp_path / "claimer.log"
+    shutdown = tmp_path / "shutdown.txt"
     env = {**os.environ, "ISC_USER": items.effective_user, "ISC_PASSWORD": items.password or ""}
-    claimer = subprocess.run(
-        [sys.executable, "-c", FAILING_CLAIMER, items.dsn, str(shutdown), str(logfile)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert claimer.returncode == 1, claimer.stderr
-    log = logfile.read_text()
+    log = failing_process_log(FAILING_CLAIMER, items.dsn, str(shutdown), logfile=tmp_path / "claimer.log", env=env)
     assert "ERROR subs.worker: the claimer failed; the listener starts a new one\nTraceback" in log, log
     assert log.rstrip().endswith("ZeroDivisionError: division by zero"), log
-    assert not shutdown.exists() and not claimer.stderr
+    assert not shutdown.exists()
+
+
+def failing_process_log(script: str, *args: str, logfile: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``script``, a process of the listener made to fail, to its exit
+    code 1 with nothing on stderr; return its log."""
+    process = subprocess.run(
+        [sys.executable, "-c", script, *args, str(logfile)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (process.returncode, process.stderr) == (1, "")
+    return logfile.read_text()
 
 
 # A handler process whose job fails with an error of subs's own: its exit
@@ -810,15 +812,7 @@ handler_process.main(options, own_end, stop, progress, "test:1", os.getppid())
 
 
 def test_a_handler_process_that_fails_logs_why_and_exits_with_an_error(tmp_path) -> None:
-    logfile = tmp_path / "handler.log"
-    process = subprocess.run(
-        [sys.executable, "-c", FAILING_HANDLER_PROCESS, str(tmp_path / "unused.fdb"), str(logfile)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert process.returncode == 1, process.stderr
-    log = logfile.read_text()
+    log = failing_process_log(FAILING_HANDLER_PROCESS, str(tmp_path / "unused.fdb"), logfile=tmp_path / "handler.log")
     assert "ERROR subs.handler: the handler process failed; its claimer starts a new one\nTraceback" in log, log
     assert log.rstrip().endswith("IndexError: list index out of range"), log
 
