@@ -3,7 +3,8 @@
 Settings (``[handlers.log]`` in subs.toml):
 
 ``path``
-    File the lines are appended to; standard output when not set.
+    File the lines are appended to (created in a folder that must exist);
+    standard output when not set.
 
 Each line is ``Event.to_json()`` and is flushed at once, so ``tail -f`` and a
 crash both see every delivered event.
@@ -19,6 +20,7 @@ from typing import Any
 
 from subscriptions import hookimpl
 from subscriptions.config import check_setting_names, tables_using
+from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
 SETTINGS = ("path",)
@@ -40,8 +42,21 @@ def write(event: Event, settings: Mapping[str, Any]) -> None:
             sys.stdout.flush()
 
 
+def _check_path(tag: str, path: object) -> None:
+    """A path that cannot be written is a start-up error, not a failed
+    attempt per event."""
+    if path is None or path == "":
+        return
+    if not isinstance(path, str):
+        raise SubsError(f"[handlers.{tag}] path must be a file name (a string), not {path!r}")
+    folder = Path(path).expanduser().parent
+    if not folder.is_dir():
+        raise SubsError(f"[handlers.{tag}] path {path}: there is no folder {folder}; create it or choose another path")
+
+
 @hookimpl
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("log", config).items():
         check_setting_names(tag, settings, "log", SETTINGS)
+        _check_path(tag, settings.get("path"))
     register("log", lambda event: write(event, config.get(event.tag, {})))

@@ -179,6 +179,8 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
             "[handlers.audit] has no setting secert",
         ),
         ({"log": {"path": "/tmp/x", "pathh": "/tmp/y"}}, "[handlers.log] has no setting pathh (log reads path)"),
+        ({"log": {"path": "/no/such/folder/events.jsonl"}}, "path /no/such/folder/events.jsonl: there is no folder"),
+        ({"events": {"use": "log", "path": 7}}, "[handlers.events] path must be a file name (a string), not 7"),
         ({"send_email": {"from": "s@x", "to": "a@x", "tls": True, "user": "u"}}, "has no setting tls, user"),
         ({"exec": {"command": "x", "args": ["-v"]}}, "[handlers.exec] has no setting args"),
         ({"nats": {"url": "nats://x:4222", "stream": "S"}}, "[handlers.nats] has no setting stream"),
