@@ -5,12 +5,15 @@ Settings (``[handlers.exec]`` in subs.toml, or ``SUBS__EXEC__<KEY>``):
 ``command`` (required)
     A list of strings, e.g. ``["/usr/local/bin/on-change", "--verbose"]``, or
     one string split like a shell would split it. It is never run through a
-    shell: use ``["sh", "-c", "..."]`` for pipes or redirections.
+    shell: use ``["sh", "-c", "..."]`` for pipes or redirections. The
+    program must be there when the listener starts: found on the ``PATH``
+    the command gets, or by its path (from ``cwd`` when relative).
 ``timeout``
     Seconds the command may run (default 30); then it and everything it
     started are killed.
 ``cwd``
-    The working directory of the command (default: the listener's).
+    The working directory of the command (default: the listener's); it
+    must exist when the listener starts.
 ``env``
     A table of environment variables to give the command, e.g.
     ``env = { API_TOKEN = "..." }``.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
@@ -68,16 +72,35 @@ def _extra_environment(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
     return {str(name): str(text) for name, text in value.items()}
 
 
-def _environment(event: Event, settings: Mapping[str, Any]) -> dict[str, str]:
-    """What the command runs with: no secret of subs's (the database
-    password, the SUBS_ settings), the configured ``env``, and the event's
-    identity."""
+def _check_program(tag: str, command: list[str], settings: Mapping[str, Any]) -> None:
+    """The folder and the program are there at start-up: a typo in either
+    is one error then, not a failed attempt per event."""
+    cwd = settings.get("cwd") or None
+    if cwd is not None and not os.path.isdir(str(cwd)):
+        raise SubsError(f"[handlers.{tag}] cwd {cwd}: there is no such folder")
+    program = command[0]
+    if "/" in program:
+        found = os.path.join(str(cwd or "."), program)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            raise SubsError(f"[handlers.{tag}] command: {program} is not a program this user may run")
+    elif shutil.which(program, path=os.pathsep.join(os.get_exec_path(_inherited(tag, settings)))) is None:
+        raise SubsError(f"[handlers.{tag}] command: there is no program {program} on the PATH; give its full path")
+
+
+def _inherited(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
+    """The listener's environment without subs's secrets (the database
+    password, the SUBS_ settings), with the configured ``env``."""
     inherited = {
         name: value for name, value in os.environ.items() if name != "ISC_PASSWORD" and not name.startswith("SUBS_")
     }
+    return {**inherited, **_extra_environment(tag, settings)}
+
+
+def _environment(event: Event, settings: Mapping[str, Any]) -> dict[str, str]:
+    """What the command runs with: the environment it inherits and the
+    event's identity."""
     return {
-        **inherited,
-        **_extra_environment(event.tag, settings),
+        **_inherited(event.tag, settings),
         "SUBS_EVENT_ID": str(event.id),
         "SUBS_IDEMPOTENCY_KEY": event.idempotency_key,
         "SUBS_TABLE": event.table,
@@ -125,7 +148,7 @@ def run(event: Event, settings: Mapping[str, Any]) -> None:
 def register_handlers(register: Callable[..., None], config: Mapping[str, Mapping[str, Any]]) -> None:
     for tag, settings in tables_using("exec", config).items():
         check_setting_names(tag, settings, "exec", SETTINGS)
-        _command(tag, settings)  # a missing command is a start-up error, not a retried failure
+        # A missing command or program is a start-up error, not a retried failure.
+        _check_program(tag, _command(tag, settings), settings)
         positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
-        _extra_environment(tag, settings)
     register("exec", lambda event: run(event, config.get(event.tag, {})))

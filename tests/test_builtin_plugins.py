@@ -98,11 +98,43 @@ def test_exec_kills_command_after_timeout() -> None:
 
 def test_exec_configuration_errors() -> None:
     with pytest.raises(SubsError, match=r"\[handlers\.exec\] command = .*SUBS__EXEC__COMMAND"):
-        deliver(handler("exec", {}), make_event("exec"))
-    with pytest.raises(SubsError, match=r"cannot run '/no/such/program'"):
-        deliver(handler("exec", {"command": ["/no/such/program"]}), make_event("exec"))
+        handler("exec", {})
     with pytest.raises(SubsError, match=r"\[handlers\.exec\] env must be a table"):
         load_handlers(config={"exec": {"command": "true", "env": "A=1"}})
+
+
+def test_exec_checks_its_program_and_folder_at_start_up(tmp_path: Path) -> None:
+    """A typo is one start-up error, not a failed attempt per event; the
+    program is looked up as the command will be: on the PATH its ``env``
+    gives, a relative path from its ``cwd``."""
+    (tmp_path / "bin").mkdir()
+    script, not_runnable = tmp_path / "bin" / "on-change", tmp_path / "bin" / "notes.txt"
+    script.write_text(f"#!{sys.executable}\nimport pathlib; pathlib.Path('ran').write_text('yes')\n")
+    script.chmod(0o755)
+    not_runnable.write_text("")
+    errors = {
+        "no such program": ({"command": "on-chnage --quiet"}, "command: there is no program on-chnage on the PATH"),
+        "not runnable": ({"command": [str(not_runnable)]}, f"command: {not_runnable} is not a program this user may"),
+        "no such folder": ({"command": "true", "cwd": str(tmp_path / "gone")}, f"cwd {tmp_path / 'gone'}: there is no"),
+    }
+    for settings, fragment in errors.values():
+        with pytest.raises(SubsError) as error:
+            handler("exec", settings)
+        assert str(error.value).startswith("[handlers.exec] ") and fragment in str(error.value)
+    on_the_path = {"command": "on-change", "cwd": str(tmp_path), "env": {"PATH": str(tmp_path / "bin")}}
+    deliver(handler("exec", on_the_path), make_event("exec"))
+    deliver(handler("exec", {"command": "bin/on-change", "cwd": str(tmp_path)}), make_event("exec"))
+    assert (tmp_path / "ran").read_text() == "yes"
+
+
+def test_exec_reports_a_program_gone_since_start_up(tmp_path: Path) -> None:
+    program = tmp_path / "on-change"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    run = handler("exec", {"command": [str(program)]})
+    program.unlink()
+    with pytest.raises(SubsError, match=rf"cannot run '{program}': No such file or directory"):
+        deliver(run, make_event("exec"))
 
 
 # --- log -------------------------------------------------------------------------
@@ -165,8 +197,8 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
         ({"send_email": {"from": "s@example.com"}}, "handler 'send_email' has no recipient"),
         ({"send_email": {"from": "s@x", "to": "a@x", "port": "25x"}}, "port must be a positive number"),
         ({"exec": {"command": []}}, "handler 'exec' has no command"),
-        ({"exec": {"command": "x", "timeout": -1}}, "timeout must be a positive number"),
-        ({"exec": {"command": "x", "timeout": 1e300}}, "timeout must be a positive number up to 86400, not 1e+300"),
+        ({"exec": {"command": "true", "timeout": -1}}, "timeout must be a positive number"),
+        ({"exec": {"command": "true", "timeout": 1e300}}, "timeout must be a positive number up to 86400, not 1e+300"),
         ({"webhook": {"url": "http://x", "timeout": "nan"}}, "timeout must be a positive number up to 86400"),
         ({"send_email": {"from": "s@x", "to": "a@x", "port": 70000}}, "port must be a positive number up to 65535"),
         (
