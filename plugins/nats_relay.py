@@ -45,6 +45,7 @@ import string
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
@@ -403,6 +404,30 @@ def check_login(tag: str, settings: Settings) -> None:
         log.warning("%s: NATS at %s is not reachable now (%s); its events will be retried", tag, settings.shown, reason)
 
 
+def _check_creds(tag: str, table: Mapping[str, Any]) -> None:
+    """A credentials file that is missing or is not one is a start-up error:
+    nats-py would fail every connection with an error that does not say so."""
+    path = table.get("creds")
+    if not path:
+        return
+    try:
+        text = Path(str(path)).read_text("utf-8", errors="replace")
+    except OSError as exc:
+        raise SubsError(f"[handlers.{tag}] creds {path}: {exc.strerror or exc}") from None
+    if not all(f"-----BEGIN {block}-----" in text for block in ("NATS USER JWT", "USER NKEY SEED")):
+        raise SubsError(
+            f"[handlers.{tag}] creds {path} is not a NATS credentials file: one holds a user's JWT and "
+            "nkey seed, as `nsc generate creds` writes it"
+        )
+    import nkeys
+
+    seed = text.split("-----BEGIN USER NKEY SEED-----", 1)[1].split("-----END", 1)[0].strip("- \n")
+    try:
+        nkeys.from_seed(seed.encode())
+    except (nkeys.NkeysError, ValueError) as exc:
+        raise SubsError(f"[handlers.{tag}] creds {path}: its nkey seed is not valid ({exc})") from None
+
+
 _relays: dict[tuple[str, Settings], Relay] = {}
 _loop: list[_Loop] = []
 
@@ -428,6 +453,7 @@ def register_handlers(register: Callable[..., None], config: Mapping[str, Mappin
     for tag, table in tables_using("nats", config).items():
         check_setting_names(tag, table, "nats", SETTINGS)
         _settings(tag, table)  # a missing url is a start-up error, not a retried failure
+        _check_creds(tag, table)
     register("nats", lambda events: relay(events, config), batch=True)
 
 

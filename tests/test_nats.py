@@ -26,7 +26,7 @@ from subscriptions.testing import deliver, load_handlers, make_event
 
 from conftest import EngineWedged, Subs, assert_one_line_error, execute, wait_until
 from listening import Listener, remaining
-from natsserver import NatsServer
+from natsserver import NatsServer, operator_setup
 
 STREAM = "SUBS"
 
@@ -208,6 +208,8 @@ def test_an_unreachable_server_is_a_failed_attempt(server: NatsServer) -> None:
         ({"url": "nats://x", "subject": "subs.{nope}"}, "not a valid template"),
         ({"url": "nats://x", "timeout": "0"}, "timeout must be a positive number"),
         ({"url": "nats://x", "timeout": "inf"}, "timeout must be a positive number up to 86400"),
+        ({"url": "nats://x", "creds": "/no/such.creds"}, "creds /no/such.creds: No such file or directory"),
+        ({"url": "nats://x", "creds": "/etc/passwd"}, "creds /etc/passwd is not a NATS credentials file"),
     ],
 )
 def test_settings_are_checked_when_loading(settings: dict[str, Any], fragment: str) -> None:
@@ -245,6 +247,35 @@ def test_token_login(tmp_path: Path) -> None:
         with pytest.raises(Exception, match="cannot connect to NATS") as refused:
             deliver(relay(server.url, token="wrong"), make_event("nats"))
         assert "wrong" not in str(refused.value)
+    finally:
+        server.kill()
+
+
+def test_a_creds_file_with_a_damaged_seed_is_a_start_up_error(tmp_path: Path) -> None:
+    _, creds = operator_setup(tmp_path)
+    lines = creds.read_text().splitlines()
+    seed = next(index for index, line in enumerate(lines) if line.startswith("SU"))
+    lines[seed] = lines[seed][:20]  # cut short, as by a bad copy
+    creds.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SubsError, match=f"creds {creds}: its nkey seed is not valid"):
+        load_handlers(config={"nats": {"url": "nats://x", "creds": str(creds)}})
+
+
+def test_creds_login(tmp_path: Path, subs: Subs) -> None:
+    """A user of an operator the server trusts (decentralized JWT login, as
+    nsc and NGS set it up) relays; one of an operator it does not know is
+    refused, by `subs listen` in one line."""
+    server = NatsServer(tmp_path, creds=True)
+    (tmp_path / "other").mkdir()
+    _, stranger = operator_setup(tmp_path / "other")
+    try:
+        server.jetstream("add_stream", StreamConfig(name=STREAM, subjects=["subs.>"]))
+        deliver(relay(server.url, creds=str(server.creds)), make_event("nats"))
+        assert len(server.messages(STREAM)) == 1
+        good = subs("listen", "--drain", "--tag", "nats", env=nats_env(server, creds=str(server.creds)))
+        assert good.exit_code == 0, good.output + good.stderr
+        refused = subs("listen", "--drain", "--tag", "nats", env=nats_env(server, creds=str(stranger)))
+        assert_one_line_error(refused, "refused the login of [handlers.nats]")
     finally:
         server.kill()
 
