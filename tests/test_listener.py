@@ -565,6 +565,8 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
     parents: list[int] = []
     _, record = supervise(items, tmp_path, monkeypatch, drive, poll=0.5, timeout=1.0)
     assert replaced and "made no progress" in caplog.text
+    hint = "every process of this embedded database may be waiting inside the engine after one was SIGKILLed"
+    assert (hint in caplog.text) is not items.is_remote
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     assert [(line["key"], line["phase"]) for line in lines][-1] == (1, "done")
     assert parents == replaced, "the event was not handled by a handler process of the new claimer"

@@ -62,6 +62,14 @@ RESTART_DELAY_MAX = 30.0
 STEADY_RUN = 60.0
 RECOVERY_RETRY = 1.0
 STALL_MARGIN = 60.0
+# What an operator of an embedded database should know when claimers stall:
+# the engine's freeze after a SIGKILL (tests/SOAK-NOTES.md, finding 8) holds
+# every process of the database, and only restarting them all ends it.
+EMBEDDED_STALL = (
+    "; if the next ones stall too, every process of this embedded database may be waiting inside the "
+    'engine after one was SIGKILLed (docs/OPERATIONS.md, "The embedded engine"): stop them all, the '
+    "application's included, and start them again"
+)
 
 
 @dataclass
@@ -203,7 +211,8 @@ class Supervisor:
         for process in self._alive():
             idle = time.monotonic() - self.progress[process].value
             if idle > self.stall_limit:
-                log.error("worker pid %s made no progress for %.0fs; killing it", process.pid, idle)
+                hint = "" if self.options.settings.is_remote else EMBEDDED_STALL
+                log.error("worker pid %s made no progress for %.0fs; killing it%s", process.pid, idle, hint)
                 process.kill()
 
     def _signal(self, signum: int, frame: object) -> None:
