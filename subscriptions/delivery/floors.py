@@ -227,10 +227,16 @@ class Floors:
                 return
             if walk_all:
                 self._walked_all_at = self._refreshed_at
+            moved = []
             for sub_id, floor in raised.items():
                 # A floor stays true until reset (nothing is numbered below
                 # it), unless a walk from the first entry finds otherwise.
-                self._floors[sub_id] = floor if walk_all else max(floor, self._floors.get(sub_id, 0))
+                new = floor if walk_all else max(floor, self._floors.get(sub_id, 0))
+                if new != self._floors.get(sub_id):
+                    moved.append(f"subscription {sub_id} from event {new}")
+                self._floors[sub_id] = new
+        if moved:
+            log.debug("claim floors: %s", ", ".join(moved))
 
 
 def look(db: Database, floors: Floors) -> None:
