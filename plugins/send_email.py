@@ -3,9 +3,11 @@
 Settings (``[handlers.send_email]`` in subs.toml, or ``SUBS__SEND_EMAIL__<KEY>``):
 
 ``from`` (required)
-    The sender address.
+    The sender address: ``subs@example.com`` or ``Subs <subs@example.com>``.
 ``to`` (required)
     A recipient address, a list of them, or a comma-separated string.
+    An address without a domain (``root``) is for a local server, which
+    adds its own; one the server could not take is a start-up error.
 ``subject``
     A format string over the event's fields (id, table, action, tag, pk, old,
     new, attempt, created_at, subscription_id); default ``"subs: {table} {action} {pk}"``.
@@ -20,7 +22,8 @@ Settings (``[handlers.send_email]`` in subs.toml, or ``SUBS__SEND_EMAIL__<KEY>``
     With ``starttls`` or ``ssl``: a PEM file of the certificate authorities
     to trust instead of the system's.
 ``username``, ``password``
-    Log in with these when ``username`` is set. The password is never logged.
+    Log in with these; set both or neither. The password is never logged;
+    ``SUBS__SEND_EMAIL__PASSWORD`` keeps it out of subs.toml.
 ``timeout``
     Seconds allowed for each network operation (default 10).
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import atexit
 import datetime as dt
+import email.errors
 import smtplib
 import time
 from collections.abc import Callable, Mapping
@@ -59,6 +63,9 @@ _FALSE = {"0", "false", "no", "off", ""}
 CHECK_AFTER_IDLE = 5.0
 # The SMTP reply to a mail over the server's size limit (RFC 5321, 1870).
 MESSAGE_TOO_LARGE = 552
+# The one flaw the email package finds that an address may have: a local
+# server qualifies an address without a domain ("root") with its own.
+_NO_DOMAIN = "addr-spec local part with no domain"
 
 
 def _flag(tag: str, settings: Mapping[str, Any], key: str) -> bool:
@@ -71,10 +78,45 @@ def _flag(tag: str, settings: Mapping[str, Any], key: str) -> bool:
     return text in _TRUE
 
 
+def _addresses(tag: str, key: str, value: Any) -> list[str]:
+    """The addresses setting ``key`` holds, as header text: one a server
+    could not take (no address at all, stray words, a lone ``@``) is a
+    start-up error rather than a failure of every event."""
+    texts = [value] if isinstance(value, str) else value if isinstance(value, list) else None
+    if texts is None or not all(isinstance(text, str) for text in texts):
+        raise SubsError(f"[handlers.{tag}] {key} must be an address or a list of them, not {value!r}")
+    found: list[str] = []
+    for text in (text for text in texts if text.strip()):
+        probe = EmailMessage()
+        try:
+            probe[key] = text
+            header = probe[key]
+            addresses, flaws = header.addresses, [str(d) for d in header.defects if str(d) != _NO_DOMAIN]
+        except (email.errors.HeaderParseError, IndexError, ValueError) as exc:
+            addresses, flaws = (), [f"unreadable: {type(exc).__name__}"]
+        if flaws or not all(address.addr_spec.strip("<>") for address in addresses):
+            raise SubsError(
+                f"[handlers.{tag}] {key}: {text!r} is not an email address ({(flaws or ['empty'])[0]}); "
+                'write name@example.com or "Name <name@example.com>"'
+            )
+        found += [str(address) for address in addresses]
+    return found
+
+
+def _sender(tag: str, settings: Mapping[str, Any]) -> str:
+    senders = _addresses(tag, "from", settings.get("from") or [])
+    if not senders:
+        raise SubsError(
+            f'handler {tag!r} has no sender: set [handlers.{tag}] from = "subs@example.com" in subs.toml '
+            f"or the environment variable SUBS__{tag.upper()}__FROM"
+        )
+    if len(senders) > 1:
+        raise SubsError(f"[handlers.{tag}] from: one sender, not {len(senders)}: {', '.join(senders)}")
+    return senders[0]
+
+
 def _recipients(tag: str, settings: Mapping[str, Any]) -> list[str]:
-    value = settings.get("to") or []
-    addresses = value.split(",") if isinstance(value, str) else [str(a) for a in value]
-    addresses = [a.strip() for a in addresses if a.strip()]
+    addresses = _addresses(tag, "to", settings.get("to") or [])
     if not addresses:
         raise SubsError(
             f'handler {tag!r} has no recipient: set [handlers.{tag}] to = "ops@example.com" in subs.toml '
@@ -86,12 +128,7 @@ def _recipients(tag: str, settings: Mapping[str, Any]) -> list[str]:
 def message(event: Event, settings: Mapping[str, Any]) -> EmailMessage:
     """The mail for one event, checked against the settings before any network use."""
     tag = event.tag
-    sender = settings.get("from")
-    if not sender:
-        raise SubsError(
-            f'handler {tag!r} has no sender: set [handlers.{tag}] from = "subs@example.com" in subs.toml '
-            f"or the environment variable SUBS__{tag.upper()}__FROM"
-        )
+    sender = _sender(tag, settings)
     fields = event.as_dict()
     try:
         subject = str(settings.get("subject", DEFAULT_SUBJECT)).format(**fields)
@@ -101,7 +138,7 @@ def message(event: Event, settings: Mapping[str, Any]) -> EmailMessage:
             f"fields: {', '.join(fields)}"
         ) from None
     mail = EmailMessage()
-    mail["From"] = str(sender)
+    mail["From"] = sender
     mail["To"] = ", ".join(_recipients(tag, settings))
     mail["Subject"] = " ".join(subject.split())  # captured values may hold line breaks
     mail.set_content(dumps(fields, indent=2) + "\n")
@@ -163,7 +200,13 @@ def _server(tag: str, settings: Mapping[str, Any]) -> Server:
             tls.context(ca_file)
         except tls.SettingError as exc:
             raise tls.start_up_error(tag, exc) from None
-    username = settings.get("username")
+    username, password = settings.get("username"), settings.get("password")
+    if bool(username) != bool(password):
+        given, missing = ("username", "password") if username else ("password", "username")
+        raise SubsError(
+            f"[handlers.{tag}] {given} is set but {missing} is not: the server needs both to log in, "
+            f"and without a login neither (SUBS__{tag.upper()}__PASSWORD keeps the password out of subs.toml)"
+        )
     return Server(
         host=str(settings.get("host", "localhost")),
         port=positive_setting(tag, settings, "port", 465 if implicit else 25, int, maximum=65535),
@@ -171,7 +214,7 @@ def _server(tag: str, settings: Mapping[str, Any]) -> Server:
         mode=mode,
         ca_file=ca_file,
         username=str(username) if username else None,
-        password=str(settings.get("password", "")),
+        password=str(password or ""),
     )
 
 

@@ -106,12 +106,48 @@ def test_send_email_formats_subject_and_accepts_recipient_list(smtp_peer: tuple[
     assert mail["Subject"] == "send_email: T X#5 attempt 2"
 
 
+def test_addresses_with_names_quoted_commas_or_no_domain_reach_the_envelope(smtp_peer: tuple[MailSink, int]) -> None:
+    sink, port = smtp_peer
+    settings = mail_settings(port, to='root, "Doe, Jane" <jane@example.com>', **{"from": "Subs <subs@example.com>"})
+    deliver(handler("send_email", settings), make_event("send_email"))
+    envelope = sink.envelopes[0]
+    assert envelope.mail_from == "subs@example.com"
+    assert envelope.rcpt_tos == ["root", "jane@example.com"]
+    mail = email.message_from_bytes(envelope.content, policy=email.policy.default)
+    assert [a.display_name for a in mail["To"].addresses] == ["", "Doe, Jane"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"from": "not an address"}, "from: 'not an address' is not an email address (local-part is not"),
+        ({"from": "subs@"}, "from: 'subs@' is not an email address (unreadable: IndexError)"),
+        ({"from": "<>"}, "from: '<>' is not an email address (null addr-spec in angle-addr)"),
+        ({"from": "a@example.com, b@example.com"}, "from: one sender, not 2: a@example.com, b@example.com"),
+        ({"from": ["a@example.com"] * 2}, "from: one sender, not 2"),
+        ({"from": 42}, "from must be an address or a list of them, not 42"),
+        ({"to": "ops@example.com; dev@example.com"}, "to: 'ops@example.com; dev@example.com' is not an email address"),
+        ({"to": ["ops@example.com", 5]}, "to must be an address or a list of them, not ['ops@example.com', 5]"),
+        ({"to": "ops@@example.com"}, "to: 'ops@@example.com' is not an email address (invalid address in"),
+        ({"username": "subs"}, "username is set but password is not"),
+        ({"password": "s3cret"}, "password is set but username is not"),
+    ],
+)
+def test_settings_a_server_could_not_use_are_refused_at_start_up(settings: dict, fragment: str) -> None:
+    """Before, each of these failed every event (or sent unsigned-in, or
+    with an empty password) instead of stopping `subs listen` at once."""
+    with pytest.raises(SubsError) as error:
+        load_handlers(config={"send_email": {**mail_settings(25), **settings}})
+    assert str(error.value).startswith("[handlers.send_email] "), str(error.value)
+    assert fragment in str(error.value), str(error.value)
+    assert "s3cret" not in str(error.value)
+
+
 def test_send_email_fails_when_recipient_refused(smtp_peer: tuple[MailSink, int]) -> None:
     sink, port = smtp_peer
-    settings = mail_settings(port, to="nobody@example.com", password="pw-never-shown")
-    with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user") as failure:
+    settings = mail_settings(port, to="nobody@example.com")
+    with pytest.raises(RuntimeError, match="nobody@example.com refused: 550 5.1.1 no such user"):
         deliver(handler("send_email", settings), make_event("send_email"))
-    assert "pw-never-shown" not in str(failure.value)
     assert sink.envelopes == []
 
 
