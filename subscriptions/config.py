@@ -84,8 +84,9 @@ def _database_table(file: Path, table: Any) -> dict[str, str]:
 
 def tables_using(handler: str, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The ``[handlers.TAG]`` tables served by ``handler``: its own and its aliases'
-    (``use = "handler"``), so a plugin can check them all at start-up."""
-    return {tag: table for tag, table in config.items() if tag == handler or table.get("use") == handler}
+    (``use = "handler"``), so a plugin can check them all at start-up. Its own
+    table is not among them when it sends that tag to another handler."""
+    return {tag: table for tag, table in config.items() if table.get("use", tag) == handler}
 
 
 def check_setting_names(tag: str, settings: Mapping[str, Any], handler: str, known: Collection[str]) -> None:

@@ -115,10 +115,11 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
     table for its tag or an alias using it, so they never take a tag (such as
     ``send_email``) away from your own plugins. A config table with
     ``use = "OTHER_TAG"`` makes a tag reuse another tag's handler with its own
-    settings, e.g. a second webhook.
+    settings, e.g. a second webhook, or ``send_email`` events written by ``log``
+    while trying things out.
     """
     handlers: dict[str, Handler] = {}
-    configured = set(config) | {table["use"] for table in config.values() if "use" in table}
+    configured = {table.get("use", tag) for tag, table in config.items()}
     for impl in manager.hook.register_handlers.get_hookimpls():
         plugin = manager.get_name(impl.plugin) or repr(impl.plugin)
 

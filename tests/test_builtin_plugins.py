@@ -189,6 +189,16 @@ def test_load_handlers_finds_the_configured_builtins() -> None:
         assert handlers[name].transactional is False
 
 
+def test_a_builtins_tag_can_go_to_another_handler(tmp_path: Path) -> None:
+    """``[handlers.send_email] use = "log"``: the demo's send_email events
+    logged rather than mailed. Before, the send_email built-in still took
+    the tag and refused the table for its missing sender."""
+    handlers = load_handlers(config={"send_email": {"use": "log", "path": str(tmp_path / "mail.jsonl")}})
+    assert handlers["send_email"].plugin == "builtin:log (as send_email)"
+    deliver(handlers["send_email"], make_event("send_email", id=3))
+    assert json.loads((tmp_path / "mail.jsonl").read_text())["id"] == 3
+
+
 @pytest.mark.parametrize(
     ("config", "fragment"),
     [
