@@ -148,6 +148,11 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
         target = table.get("use")
         if target is None:
             continue
+        if target == tag:
+            raise SubsError(f"[handlers.{tag}] uses its own tag; remove use, or name another handler")
+        if "use" in config.get(target, {}):
+            handler = config[target]["use"]
+            raise SubsError(f"[handlers.{tag}] uses {target!r}, itself an alias: write use = {handler!r}")
         if target not in handlers:
             raise SubsError(f"[handlers.{tag}] uses {target!r}, but no plugin registers that tag")
         if tag in handlers:
