@@ -35,7 +35,7 @@ class BackfillStatus:
 
     def describe(self) -> str:
         if self.finished:
-            return f"done {self.rows_done:,} rows"
+            return f"done {self.rows_done:,} row{'' if self.rows_done == 1 else 's'}"
         share = 100.0 * self.rows_done / self.rows_total if self.rows_total else 100.0
         return (
             f"{self.rows_done:,}/{self.rows_total:,} rows ({share:.0f}%), updated {self.seconds_since_update:.0f}s ago"
