@@ -266,6 +266,7 @@ def test_systemd_unit() -> None:
         arguments=["--database", "/data/100% sure.fdb", "listen", "--log-format", "json", 'say "$HOME"'],
         working_directory="/srv/subs work",
         environment_file="/etc/subs/subs.env",
+        grace=30,
         user="subs",
     )
     lines = unit.splitlines()
@@ -294,7 +295,11 @@ def test_systemd_unit() -> None:
         assert line in lines
     assert "password" not in unit.lower()
     without_user = systemd.systemd_unit(
-        executable="/usr/bin/subs", arguments=["listen"], working_directory="/", environment_file="/etc/subs.env"
+        executable="/usr/bin/subs",
+        arguments=["listen"],
+        working_directory="/",
+        environment_file="/etc/subs.env",
+        grace=30,
     )
     assert "User=" not in without_user and "ExecStart=/usr/bin/subs listen" in without_user.splitlines()
 
@@ -314,6 +319,7 @@ def test_systemd_accepts_the_unit(tmp_path: Path) -> None:
             arguments=["-d", str(home / "it's.fdb"), "listen", 'a "quoted" \\ word', ""],
             working_directory=str(home),
             environment_file=str(tmp_path / "missing.env"),
+            grace=30,
         )
     )
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=10)
@@ -328,7 +334,27 @@ def test_systemd_unit_refuses_a_password_argument(argument: str) -> None:
             arguments=[argument, "secret", "listen"],
             working_directory="/srv",
             environment_file="/etc/subs.env",
+            grace=30,
         )
+
+
+@pytest.mark.parametrize(("grace", "stop_timeout"), [([], 60), (["--grace", "120"], 150), (["--grace", "0.5"], 31)])
+def test_systemd_gives_the_listener_its_grace_before_killing_it(tmp_path: Path, grace: list[str], stop_timeout: int):
+    """Before, TimeoutStopSec was 60 whatever --grace said: with --grace 120
+    systemd killed the handlers a minute early, and their events came back
+    only once their lease ran out."""
+    result = CliRunner().invoke(cli, ["-d", str(tmp_path / "app.fdb"), "systemd-unit", *grace])
+    assert result.exit_code == 0, result.output
+    assert f"TimeoutStopSec={stop_timeout}" in result.stdout.splitlines()
+
+
+def test_systemd_unit_says_the_password_belongs_in_the_environment_file(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["-d", str(tmp_path / "app.fdb"), "--password", "s3cret", "systemd-unit", "--environment-file", "/x.env"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.output
+    assert result.stderr == "note: the unit leaves out --password; put ISC_PASSWORD=... in /x.env\n"
 
 
 def test_systemd_unit_attaches_as_the_user_and_role_of_its_command_line(tmp_path: Path) -> None:

@@ -323,6 +323,8 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
     """Print a systemd unit running `subs listen LISTEN_ARGS` for this database."""
     if "--detach" in listen_args:
         raise click.UsageError("systemd runs the listener in the foreground: leave out --detach")
+    # The listener's options are checked now, not when systemd starts it.
+    grace = listen.make_context("listen", list(listen_args), parent=ctx.parent).params["grace"]
     settings = app(ctx).settings
     executable = shutil.which("subs") or os.path.join(os.path.dirname(sys.executable), "subs")
     arguments = ["-d", settings.target]
@@ -336,12 +338,13 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
             arguments=[*arguments, "listen", *listen_args],
             working_directory=os.getcwd(),
             environment_file=environment_file,
+            grace=grace,
             user=run_as,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    # The listener's options are checked now, not when systemd starts it.
-    listen.make_context("listen", list(listen_args), parent=ctx.parent)
+    if ctx.find_root().get_parameter_source("password") is ParameterSource.COMMANDLINE:
+        click.echo(f"note: the unit leaves out --password; put ISC_PASSWORD=... in {environment_file}", err=True)
     click.echo(text, nl=False)
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
 _PLAIN_ARGUMENT = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+# Seconds a stopping listener gets beyond its handlers' --grace, to give
+# back what it claimed and close its attachments before systemd kills it.
+STOP_MARGIN = 30
 
 
 def _quote(argument: str) -> str:
@@ -30,9 +34,12 @@ def systemd_unit(
     arguments: list[str],
     working_directory: str,
     environment_file: str,
+    grace: float,
     user: str | None = None,
 ) -> str:
-    """A systemd service running ``executable arguments`` in the foreground.
+    """A systemd service running ``executable arguments`` in the foreground,
+    stopped with SIGTERM and given ``grace`` (the listener's ``--grace``)
+    plus STOP_MARGIN seconds before systemd kills it.
 
     Credentials belong in ``environment_file`` (ISC_USER, ISC_PASSWORD, ...):
     unit files are world-readable, so a ``--password`` argument is refused.
@@ -57,7 +64,7 @@ def systemd_unit(
         *([f"User={user}"] if user else []),
         "Restart=on-failure",
         "KillSignal=SIGTERM",
-        "TimeoutStopSec=60",
+        f"TimeoutStopSec={math.ceil(grace) + STOP_MARGIN}",
         "",
         "[Install]",
         "WantedBy=multi-user.target",
