@@ -194,7 +194,9 @@ def test_stop_reports_a_process_that_does_not_exit(tmp_path: Path) -> None:
     try:
         path = tmp_path / "subs.pid"
         path.write_text(f"{stubborn.pid}\n")
-        with pytest.raises(SubsError, match=f"still running 0.3s after SIGTERM; .*`kill -KILL {stubborn.pid}`"):
+        with pytest.raises(
+            SubsError, match=f"still running 0.3s after SIGTERM, .*--grace; .*`kill -KILL {stubborn.pid}`"
+        ):
             daemon.stop(str(path), timeout=0.3)
         assert stubborn.poll() is None
     finally:

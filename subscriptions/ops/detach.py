@@ -113,8 +113,9 @@ def stop(pidfile: str, *, timeout: float = 30.0) -> int:
     while is_alive(pid):
         if time.monotonic() >= deadline:
             raise SubsError(
-                f"subs (pid {pid}) is still running {timeout:g}s after SIGTERM; run `subs stop "
-                f"--pidfile {pidfile}` again or `kill -KILL {pid}` to force it"
+                f"subs (pid {pid}) is still running {timeout:g}s after SIGTERM, perhaps giving handlers their "
+                f"--grace; wait with a longer --timeout, or run `subs stop --pidfile {pidfile}` again to kill "
+                f"its handlers at once (`kill -KILL {pid}` if even that fails)"
             )
         time.sleep(0.05)
     pids.remove(pid)
