@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -91,7 +92,24 @@ def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:
     for spec in extra:
         if spec and manager.get_plugin(spec) is None:
             _register(manager, _import(spec), spec)
+    _refuse_unknown_hooks(manager)
     return manager
+
+
+def _refuse_unknown_hooks(manager: pluggy.PluginManager) -> None:
+    """A hook implementation subs does not call (``register_handler`` for
+    ``register_handlers``) is an error: pluggy would ignore it, and the tags
+    it meant to register would be missing without a word."""
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        plugin = manager.get_name(exc.plugin) or repr(exc.plugin)
+        named = re.search(r"unknown hook '([^']+)'", str(exc))
+        hook = named.group(1) if named else str(exc)
+        known = [name for name in dir(hookspecs) if not name.startswith("_") and hasattr(manager.hook, name)]
+        raise SubsError(
+            f"plugin {plugin} implements {hook}, which is not a subs hook ({', '.join(known)}); check its spelling"
+        ) from None
 
 
 def _register(manager: pluggy.PluginManager, module: ModuleType, spec: str) -> None:

@@ -107,6 +107,14 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
     )
     result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "misnamed.py")])
     assert_one_line_error(result, "misnamed.py does not fit subs's hooks", "{'reg'}")
+    (tmp_path / "misspelt.py").write_text(
+        "from subscriptions import hookimpl\n\n@hookimpl\ndef register_handler(register):\n    register('x', print)\n"
+    )
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "misspelt.py")])
+    assert_one_line_error(
+        result,
+        "misspelt.py implements register_handler, which is not a subs hook (listener_startup, register_handlers)",
+    )
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
