@@ -147,6 +147,8 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
             if plugin.startswith(BUILTIN_PREFIX) and tag not in configured:
                 return
             check_tag(tag)
+            if not callable(function):
+                raise SubsError(f"{plugin} registers {tag!r} with {function!r}, which is not a function to call")
             if transactional and batch:
                 raise SubsError(f"{plugin} registers {tag!r} as both transactional and batch; choose one")
             if tag in handlers:

@@ -102,6 +102,9 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
     )
     result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "raises.py")])
     assert_one_line_error(result, "raises.py failed to register its handlers: KeyError: 'smtp'")
+    (tmp_path / "not_callable.py").write_text(PLUGIN.format(tag="x").replace("lambda event: None", "'send'"))
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "not_callable.py")])
+    assert_one_line_error(result, "not_callable.py registers 'x' with 'send', which is not a function to call")
     (tmp_path / "misnamed.py").write_text(
         "from subscriptions import hookimpl\n\n@hookimpl\ndef register_handlers(reg):\n    reg('x', print)\n"
     )
