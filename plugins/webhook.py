@@ -8,7 +8,9 @@ Settings (``[handlers.webhook]`` in subs.toml, or ``SUBS__WEBHOOK__<KEY>``):
 ``timeout``
     Seconds to wait for the connection and for each read (default 10).
 ``headers``
-    A table of extra request headers, e.g. ``headers = { Authorization = "Bearer ..." }``.
+    A table of extra request headers, e.g. ``headers = { Authorization = "Bearer ..." }``;
+    not the ones subs writes (below) or the HTTP client does (``Content-Length``,
+    ``Transfer-Encoding``).
 ``secret``
     Sign each request as Standard Webhooks (standardwebhooks.com) says, so the
     receiver can check that it comes from us, unchanged and recent: a secret
@@ -45,6 +47,7 @@ import datetime as dt
 import email.utils
 import hashlib
 import hmac
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -68,6 +71,19 @@ MAX_RETRY_AFTER = 3600.0
 SECRET_PREFIX = "whsec_"
 # Key sizes Standard Webhooks recommends: shorter is guessable, longer gains nothing.
 SECRET_BYTES = (24, 64)
+# A header name is a token (RFC 9110, 5.1).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers subs writes itself, and those only the HTTP client may write.
+_NOT_YOURS = (
+    "Content-Type",
+    "X-Subs-Event-Id",
+    "X-Subs-Attempt",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "Content-Length",
+    "Transfer-Encoding",
+)
 
 
 @dataclass(frozen=True)
@@ -137,13 +153,32 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
     if scheme not in ("http", "https"):
         raise SubsError(f"[handlers.{tag}] url must start with http:// or https://")
     timeout = positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
-    headers = settings.get("headers", {})
-    if not isinstance(headers, Mapping):
-        raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
+    headers = _headers(tag, settings.get("headers", {}))
     secret = settings.get("secret")
     keys = _keys(tag, secret) if secret is not None else ()
     tls_files = _tls_files(tag, settings, scheme)
-    return Target(str(url), timeout, {str(k): str(v) for k, v in headers.items()}, keys, tls_files)
+    return Target(str(url), timeout, headers, keys, tls_files)
+
+
+def _headers(tag: str, given: object) -> dict[str, str]:
+    """The extra headers, checked: one the HTTP client would refuse (a bad
+    name, a line break in a value) would fail every attempt, and one subs or
+    the client writes would be dropped or break the request."""
+    if not isinstance(given, Mapping):
+        raise SubsError(f'[handlers.{tag}] headers must be a table, e.g. headers = {{ X-Token = "..." }}')
+    own = {name.lower(): name for name in _NOT_YOURS}
+    headers: dict[str, str] = {}
+    for name, value in given.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise SubsError(f"[handlers.{tag}] headers: {name!r} is not a header name; use letters, digits and '-'")
+        if name.lower() in own:
+            raise SubsError(f"[handlers.{tag}] headers: {own[name.lower()]} is written by subs or HTTP; leave it out")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise SubsError(f"[handlers.{tag}] headers: {name} must be text, not {type(value).__name__}")
+        if any(character in str(value) for character in "\r\n\0"):
+            raise SubsError(f"[handlers.{tag}] headers: {name}'s value holds a line break; an HTTP header cannot")
+        headers[name] = str(value)
+    return headers
 
 
 def _tls_files(tag: str, settings: Mapping[str, Any], scheme: str) -> tuple[str | None, str | None, str | None]:

@@ -57,6 +57,32 @@ def test_webhook_posts_event_json_with_headers(http_peer: HttpPeer) -> None:
     assert body["new"] == {"ID": 42, "AMOUNT": "9.90"}
 
 
+def test_header_values_that_are_numbers_go_as_text(http_peer: HttpPeer) -> None:
+    deliver(handler({"url": f"{http_peer.base}/ok", "headers": {"X-Version": 2}}), make_event("webhook"))
+    assert http_peer.requests[0].headers["X-Version"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("headers", "fragment"),
+    [
+        ({"X Token": "t"}, "headers: 'X Token' is not a header name; use letters, digits and '-'"),
+        ({"X-Token:": "t"}, "headers: 'X-Token:' is not a header name"),
+        ({"X-Token": "t0k\r\nX-Admin: yes"}, "headers: X-Token's value holds a line break; an HTTP header cannot"),
+        ({"X-Flag": True}, "headers: X-Flag must be text, not bool"),
+        ({"X-List": ["a"]}, "headers: X-List must be text, not list"),
+        ({"content-length": "3"}, "headers: Content-Length is written by subs or HTTP; leave it out"),
+        ({"X-SUBS-ATTEMPT": "1"}, "headers: X-Subs-Attempt is written by subs or HTTP; leave it out"),
+        ({"Webhook-Signature": "v1,x"}, "headers: webhook-signature is written by subs or HTTP; leave it out"),
+    ],
+)
+def test_headers_the_request_could_not_carry_are_refused_at_start_up(headers: dict, fragment: str) -> None:
+    """Before, a line break in a value failed every attempt, and a header
+    subs writes was silently replaced (or broke the request)."""
+    with pytest.raises(SubsError) as error:
+        load_handlers(config={"webhook": {"url": "http://127.0.0.1:9/hook", "headers": headers}})
+    assert str(error.value).startswith(f"[handlers.webhook] {fragment}"), str(error.value)
+
+
 def test_webhook_accepts_204(http_peer: HttpPeer) -> None:
     deliver(handler({"url": f"{http_peer.base}/empty"}), make_event("webhook"))
     assert len(http_peer.requests) == 1
