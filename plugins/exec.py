@@ -16,7 +16,7 @@ Settings (``[handlers.exec]`` in subs.toml, or ``SUBS__EXEC__<KEY>``):
     must exist when the listener starts.
 ``env``
     A table of environment variables to give the command, e.g.
-    ``env = { API_TOKEN = "..." }``.
+    ``env = { API_TOKEN = "..." }``; not the event's own ``SUBS_...`` ones.
 
 The command gets the listener's environment without what may hold subs's
 secrets (``ISC_PASSWORD`` and every ``SUBS_...`` variable, such as
@@ -48,6 +48,8 @@ from subscriptions.events import Event
 SETTINGS = ("command", "timeout", "cwd", "env")
 DEFAULT_TIMEOUT = 30.0
 STDERR_TAIL = 200
+# The event's identity, in the command's environment.
+_EVENT_VARIABLES = ("SUBS_EVENT_ID", "SUBS_IDEMPOTENCY_KEY", "SUBS_TABLE", "SUBS_ACTION", "SUBS_TAG", "SUBS_ATTEMPT")
 
 
 def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
@@ -62,14 +64,30 @@ def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
             f'handler {tag!r} has no command: set [handlers.{tag}] command = ["/path/to/program", "arg"] '
             f"in subs.toml or the environment variable SUBS__{tag.upper()}__COMMAND"
         )
-    return [str(part) for part in value]
+    return [_text(tag, f"command word {place}", part) for place, part in enumerate(value, 1)]
+
+
+def _text(tag: str, where: str, value: object) -> str:
+    """A command word or environment value as the OS takes it: text (or a
+    number), without a NUL byte, or Popen fails every attempt. Not shown:
+    an environment value may be a secret."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise SubsError(f"[handlers.{tag}] {where} must be text, not {type(value).__name__}")
+    if "\0" in str(value):
+        raise SubsError(f"[handlers.{tag}] {where} holds a NUL byte, which no program can be given")
+    return str(value)
 
 
 def _extra_environment(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
     value = settings.get("env", {})
     if not isinstance(value, Mapping):
         raise SubsError(f'[handlers.{tag}] env must be a table, e.g. env = {{ API_TOKEN = "..." }}')
-    return {str(name): str(text) for name, text in value.items()}
+    for name in value:
+        if not name or "=" in name or "\0" in name:
+            raise SubsError(f"[handlers.{tag}] env: {name!r} is not a variable name; leave out '=' and NUL")
+        if name in _EVENT_VARIABLES:
+            raise SubsError(f"[handlers.{tag}] env: {name} is set by subs to the event's; choose another name")
+    return {name: _text(tag, f"env {name}", text) for name, text in value.items()}
 
 
 def _check_program(tag: str, command: list[str], settings: Mapping[str, Any]) -> None:
@@ -99,15 +117,8 @@ def _inherited(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
 def _environment(event: Event, settings: Mapping[str, Any]) -> dict[str, str]:
     """What the command runs with: the environment it inherits and the
     event's identity."""
-    return {
-        **_inherited(event.tag, settings),
-        "SUBS_EVENT_ID": str(event.id),
-        "SUBS_IDEMPOTENCY_KEY": event.idempotency_key,
-        "SUBS_TABLE": event.table,
-        "SUBS_ACTION": event.action,
-        "SUBS_TAG": event.tag,
-        "SUBS_ATTEMPT": str(event.attempt),
-    }
+    identity = (event.id, event.idempotency_key, event.table, event.action, event.tag, event.attempt)
+    return {**_inherited(event.tag, settings), **dict(zip(_EVENT_VARIABLES, map(str, identity), strict=True))}
 
 
 def run(event: Event, settings: Mapping[str, Any]) -> None:
@@ -150,5 +161,6 @@ def register_handlers(register: Callable[..., None], config: Mapping[str, Mappin
         check_setting_names(tag, settings, "exec", SETTINGS)
         # A missing command or program is a start-up error, not a retried failure.
         _check_program(tag, _command(tag, settings), settings)
+        _extra_environment(tag, settings)
         positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     register("exec", lambda event: run(event, config.get(event.tag, {})))

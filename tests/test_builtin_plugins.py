@@ -229,6 +229,12 @@ def test_a_builtins_tag_can_go_to_another_handler(tmp_path: Path) -> None:
         ({"log": {"use": "log"}}, "[handlers.log] uses its own tag; remove use, or name another handler"),
         ({"send_email": {"from": "s@x", "to": "a@x", "tls": True, "user": "u"}}, "has no setting tls, user"),
         ({"exec": {"command": "x", "args": ["-v"]}}, "[handlers.exec] has no setting args"),
+        ({"exec": {"command": "/bin/true", "env": {"A=B": "x"}}}, "env: 'A=B' is not a variable name; leave out '='"),
+        ({"exec": {"command": "/bin/true", "env": {"TOKEN": "s3\0cret"}}}, "env TOKEN holds a NUL byte"),
+        ({"exec": {"command": "/bin/true", "env": {"TOKEN": ["a"]}}}, "env TOKEN must be text, not list"),
+        ({"exec": {"command": "true", "env": {"SUBS_TABLE": "T"}}}, "env: SUBS_TABLE is set by subs to the event's"),
+        ({"exec": {"command": ["true", {"a": 1}]}}, "[handlers.exec] command word 2 must be text, not dict"),
+        ({"exec": {"command": ["true", "a\0b"]}}, "[handlers.exec] command word 2 holds a NUL byte"),
         ({"nats": {"url": "nats://x:4222", "stream": "S"}}, "[handlers.nats] has no setting stream"),
     ],
 )
@@ -237,6 +243,13 @@ def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragme
     with pytest.raises(SubsError) as error:
         load_handlers(config=config)
     assert fragment in str(error.value)
+
+
+def test_a_bad_environment_value_of_exec_is_not_shown() -> None:
+    """An env value is often a token: its error names the variable only."""
+    with pytest.raises(SubsError) as error:
+        load_handlers(config={"exec": {"command": "/bin/true", "env": {"TOKEN": "s3cret\0"}}})
+    assert "TOKEN" in str(error.value) and "s3cret" not in str(error.value)
 
 
 @pytest.mark.parametrize("module", [exec_plugin, log_plugin, nats_relay, send_email, webhook])
