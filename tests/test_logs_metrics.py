@@ -24,7 +24,7 @@ from subscriptions.db.connection import Database
 from subscriptions.delivery import metrics
 from subscriptions.delivery.claims import Claimer, load_targets
 from subscriptions.delivery.metrics import QueueDepth
-from subscriptions.delivery.metrics_server import serve
+from subscriptions.delivery.metrics_server import bind
 from subscriptions.errors import SubsError
 
 from conftest import Subs, execute
@@ -251,10 +251,10 @@ def _get(port: int, path: str) -> tuple[int, str, str]:
         connection.close()
 
 
-def test_serve_answers_metrics_and_404_elsewhere() -> None:
+def test_the_endpoint_answers_metrics_and_404_elsewhere() -> None:
     m = metrics.Metrics()
     m.observe("orders", "handled", 0.1)
-    server = serve(m, 0)
+    server = bind(m, 0).start()
     try:
         assert server.port > 0
         status, content_type, body = _get(server.port, "/metrics")
@@ -268,13 +268,13 @@ def test_serve_answers_metrics_and_404_elsewhere() -> None:
         _get(server.port, "/metrics")
 
 
-def test_serve_reports_a_port_in_use() -> None:
+def test_a_port_in_use_is_reported() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(SubsError) as error:
-            serve(metrics.Metrics(), port)
+            bind(metrics.Metrics(), port)
     assert str(error.value) == (
         f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port"
     )

@@ -168,6 +168,25 @@ def test_metrics_endpoint_on_loopback(rec, tmp_path):
         assert rec.password not in stderr
 
 
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_metrics_port_in_use_is_refused_before_the_listener_starts(rec, tmp_path, detach):
+    """Before, the port was taken after the listener's start-up: in the
+    background the error reached only the log, after `listen --detach` had
+    said it was listening."""
+    files = ["--detach", "--pidfile", "subs.pid", "--logfile", "subs.log"] if detach else []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subs(rec, tmp_path, "listen", "--plugin", "plugin.py", "--metrics-port", str(port), *files)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"Error: cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port\n"
+    )
+    assert not (tmp_path / "subs.pid").exists() and not (tmp_path / "subs.log").exists()
+
+
 def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
     result = subs(
         rec,

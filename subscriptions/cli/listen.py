@@ -16,9 +16,9 @@ from firebird.driver import DatabaseError
 from subscriptions import logs
 from subscriptions.config import MAX_SECONDS
 from subscriptions.db.errors import first_line
+from subscriptions.delivery import metrics_server as endpoint
 from subscriptions.delivery import startup
 from subscriptions.delivery.metrics import OUTCOMES, Metrics
-from subscriptions.delivery.metrics_server import serve
 from subscriptions.delivery.options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
 from subscriptions.delivery.supervisor import Supervisor
 from subscriptions.errors import SubsError
@@ -235,17 +235,19 @@ def listen(
         drain=drain,
         drain_patience=drain_patience,
     )
-    if detach and pidfile and logfile:
-        _check_in_fresh_process(options)
-        background.detach(pidfile=pidfile, logfile=logfile)
-    logs.configure(level=log_level, fmt=log_format, logfile=logfile)
-    if not detach:
-        startup.check(options)
-    startup.prepare(options)
     metrics = Metrics()
-    metrics_server = serve(metrics, metrics_port, metrics_host) if metrics_port is not None else None
-    supervisor = Supervisor(options, metrics)
+    metrics_server = endpoint.bind(metrics, metrics_port, metrics_host) if metrics_port is not None else None
     try:
+        if detach and pidfile and logfile:
+            _check_in_fresh_process(options)
+            background.detach(pidfile=pidfile, logfile=logfile)
+        logs.configure(level=log_level, fmt=log_format, logfile=logfile)
+        if not detach:
+            startup.check(options)
+        startup.prepare(options)
+        if metrics_server is not None:
+            metrics_server.start()
+        supervisor = Supervisor(options, metrics)
         supervisor.run(with_queue_metrics=metrics_server is not None, adopt_orphans=True)
     finally:
         if metrics_server is not None:

@@ -14,7 +14,10 @@ log = logging.getLogger(__name__)
 
 
 class MetricsServer:
-    """A running /metrics endpoint; ``close()`` stops it and frees the port."""
+    """A /metrics endpoint whose port is taken; ``start()`` answers on it,
+    ``close()`` stops it and frees the port. Taking the port comes first, so
+    that one in use is refused before the listener changes anything or goes
+    into the background, where the error would reach only its log."""
 
     def __init__(self, server: ThreadingHTTPServer) -> None:
         self._server = server
@@ -22,16 +25,21 @@ class MetricsServer:
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="subs-metrics", daemon=True
         )
+
+    def start(self) -> MetricsServer:
         self._thread.start()
+        return self
 
     def close(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
         self._server.server_close()
-        self._thread.join()
 
 
-def serve(metrics: Metrics, port: int, host: str = "127.0.0.1") -> MetricsServer:
-    """Serve ``GET /metrics`` on a daemon thread; port 0 picks a free port."""
+def bind(metrics: Metrics, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """Take ``port`` (0: a free one) for ``GET /metrics``, served on a daemon
+    thread once started."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
