@@ -119,11 +119,16 @@ def _settings(tag: str, table: Mapping[str, Any]) -> Settings:
         raise SubsError(f"[handlers.{tag}] sets both user and token; use one way to log in")
     subject = str(table.get("subject", DEFAULT_SUBJECT))
     try:
-        subject.format(**{name: "x" for name in _FIELDS})
+        sample = subject.format(**{name: "x" for name in _FIELDS})
     except (KeyError, IndexError, ValueError) as exc:
         raise SubsError(
             f"[handlers.{tag}] subject {subject!r} is not a valid template ({exc}); fields: {', '.join(_FIELDS)}"
         ) from None
+    if any(not token or _NOT_IN_TOKEN.search(token) for token in sample.split(".")):
+        raise SubsError(
+            f"[handlers.{tag}] subject {subject!r} is not a subject to publish to: its parts between dots "
+            "must be non-empty, without spaces, '*' or '>'"
+        )
     timeout = positive_setting(tag, table, "timeout", DEFAULT_TIMEOUT)
     return Settings(tuple(servers), subject, timeout, tuple(sorted(login.items())))
 
