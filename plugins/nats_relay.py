@@ -11,7 +11,8 @@ Settings (``[handlers.nats]`` in subs.toml, or ``SUBS__NATS__<KEY>``):
     new, attempt, created_at, subscription_id, database_id); default
     ``"subs.{table}.{action}"``. In each field's text the characters a
     subject token cannot hold (``.``, ``*``, ``>``, spaces, control
-    characters) become ``_``.
+    characters) become ``_``; the template's own text must not hold them
+    but for the dots, nor an empty part (``subs..x``).
 ``timeout``
     Seconds to wait for JetStream's acknowledgements of one batch, and to
     connect (default 10).
