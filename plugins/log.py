@@ -12,6 +12,7 @@ crash both see every delivered event.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -49,9 +50,14 @@ def _check_path(tag: str, path: object) -> None:
         return
     if not isinstance(path, str):
         raise SubsError(f"[handlers.{tag}] path must be a file name (a string), not {path!r}")
-    folder = Path(path).expanduser().parent
+    file = Path(path).expanduser()
+    folder = file.parent
     if not folder.is_dir():
         raise SubsError(f"[handlers.{tag}] path {path}: there is no folder {folder}; create it or choose another path")
+    if file.is_dir():
+        raise SubsError(f"[handlers.{tag}] path {path} is a folder; name a file in it")
+    if not os.access(file if file.exists() else folder, os.W_OK):
+        raise SubsError(f"[handlers.{tag}] path {path}: this user may not write there; choose another path")
 
 
 @hookimpl

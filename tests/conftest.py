@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -309,6 +310,19 @@ def http_peer() -> Iterator[httppeer.HttpPeer]:
 def pki(tmp_path: Path) -> certificates.Pki:
     """A private certificate authority and what it issued (tests/certificates.py)."""
     return certificates.make(tmp_path)
+
+
+@contextlib.contextmanager
+def read_only_mount(source: Path, target: Path) -> Iterator[Path]:
+    """A read-only view of ``source`` at ``target`` while the ``with`` block
+    runs (root ignores file modes, not a read-only mount)."""
+    target.mkdir()
+    subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.schema import upgrade as schema
 
-from conftest import Subs, assert_one_line_error, execute, query, state
+from conftest import Subs, assert_one_line_error, execute, query, read_only_mount, state
 
 USAGE = 2  # click's exit code for a bad option value or a missing argument
 
@@ -129,24 +129,14 @@ def test_refused_and_nothing_changes(prepared, tmp_path, case):
     assert state(prepared) == before
 
 
-def read_only_mount(source: Path, target: Path) -> None:
-    """A read-only view of ``source`` (root ignores file modes, not a read-only mount)."""
-    target.mkdir()
-    subprocess.run(["mount", "--bind", str(source), str(target)], check=True)
-    subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
-
-
 def test_init_on_a_read_only_file(tmp_path):
     writable, mounted = tmp_path / "rw", tmp_path / "ro"
     writable.mkdir()
     with Database(ConnectionSettings(str(writable / "app.fdb")), create=True):
         pass
-    read_only_mount(writable, mounted)
-    try:
+    with read_only_mount(writable, mounted):
         result = Subs(ConnectionSettings(str(mounted / "app.fdb")))("init")
         assert_one_line_error(result, "no permission for read-write access", str(mounted / "app.fdb"))
-    finally:
-        subprocess.run(["umount", str(mounted)], check=True)
     assert query(
         ConnectionSettings(str(writable / "app.fdb")),
         "SELECT COUNT(*) FROM RDB$RELATIONS WHERE RDB$RELATION_NAME = 'EVENT_LOG'",

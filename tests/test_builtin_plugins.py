@@ -25,6 +25,8 @@ from subscriptions.errors import SubsError
 from subscriptions.plugins import BUILTIN_TAGS
 from subscriptions.testing import deliver, load_handlers, make_event
 
+from conftest import read_only_mount
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -243,6 +245,19 @@ def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragme
     with pytest.raises(SubsError) as error:
         load_handlers(config=config)
     assert fragment in str(error.value)
+
+
+def test_a_log_path_this_user_cannot_write_is_refused_at_start_up(tmp_path: Path) -> None:
+    """A folder, or a file on a read-only file system (a mount: root may
+    write any file mode), failed every attempt before."""
+    (tmp_path / "rw").mkdir()
+    (tmp_path / "rw" / "events.jsonl").write_text("")
+    with pytest.raises(SubsError, match=rf"path {tmp_path}/rw is a folder; name a file in it$"):
+        load_handlers(config={"log": {"path": str(tmp_path / "rw")}})
+    with read_only_mount(tmp_path / "rw", tmp_path / "ro") as mounted:
+        for name in ("events.jsonl", "new.jsonl"):
+            with pytest.raises(SubsError, match=rf"path {mounted}/{name}: this user may not write there"):
+                load_handlers(config={"log": {"path": str(mounted / name)}})
 
 
 def test_a_bad_environment_value_of_exec_is_not_shown() -> None:
