@@ -6,6 +6,7 @@ filter, one event, actions, statistics) and its bad input."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -159,6 +160,19 @@ def test_bad_web_options_are_one_line_errors(items, arguments, environment, frag
 def test_a_port_in_use_is_a_one_line_error(web: Console, items) -> None:
     result = Subs(items)("web", "--port", str(web.port))
     assert_one_line_error(result, f"cannot listen on 127.0.0.1:{web.port}", "--port")
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_console_as_a_normal_end(items, tmp_path: Path, stop: signal.Signals) -> None:
+    """Before, uvicorn raised the signal again once it had shut down: Ctrl-C
+    printed "Aborted!" and exited 1, SIGTERM ended the process with 143."""
+    console = Console(items, tmp_path)
+    assert console.get_json("/api/subscriptions")
+    console.process.send_signal(stop)
+    assert console.process.wait(30) == 0
+    console.stop()
+    assert console.log_text().splitlines()[-1] == "subs console stopped"
+    assert "Aborted" not in console.log_text()
 
 
 def test_without_the_web_extra_subs_web_says_how_to_install_it(items) -> None:

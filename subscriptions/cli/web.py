@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 
 import click
@@ -84,4 +85,12 @@ def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: 
         log_config=None,
         lifespan="on",
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    # SIGTERM and SIGINT are how a console is stopped: uvicorn shuts down,
+    # then raises the signal again for the handler it found, which is this
+    # one (a stop, not an error: no "Aborted!", exit 0, as `subs listen`).
+    # A signal before uvicorn takes over stops it as soon as it has started.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda *_: setattr(server, "should_exit", True))
+    server.run(sockets=[sock])
+    click.echo("subs console stopped", err=True)
