@@ -1,7 +1,10 @@
 """subs retry and subs purge against real engines: which dead events they
-touch, and that they find them on the claim index."""
+touch, and that they find them on the claim index; and how subs dead and
+subs failed list them."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -54,3 +57,24 @@ def test_retries_and_purges_walk_the_claim_index(items, block: str) -> None:
         finally:
             statement.free()
     assert "EVENT_LOG INDEX (IX_EVENT_LOG_QUEUE)" in plan and "EVENT_LOG NATURAL" not in plan, plan
+
+
+@pytest.mark.parametrize("kind", ["dead", "failed"])
+def test_dead_and_failed_list_the_oldest_up_to_their_limit(items, kind: str) -> None:
+    """Before, both listed every such event at once: a day of a broken
+    handler can leave millions."""
+    execute(items, *(f"INSERT INTO ITEMS VALUES ({key}, 'x')" for key in range(1, 6)))
+    if kind == "dead":
+        kill_all(items)
+    else:
+        execute(items, "UPDATE EVENT_LOG SET ATTEMPTS = 1, LAST_ERROR = 'try again', NEXT_ATTEMPT_AT = LOCALTIMESTAMP")
+    ids = [row[0] for row in query(items, "SELECT EVENT_ID FROM EVENT_LOG ORDER BY EVENT_ID")]
+    subs = Subs(items)
+    limited = subs(kind, "--json", "--limit", "3")
+    assert limited.exit_code == 0, limited.output
+    assert [row["id"] for row in json.loads(limited.stdout)] == ids[:3]
+    assert limited.stderr == f"note: more {kind} events than these 3, the oldest; `--limit 0` lists all\n"
+    assert [row["id"] for row in json.loads(subs.ok(kind, "--json", "--limit", "0"))] == ids
+    exact = subs(kind, "--limit", "5")
+    assert exact.stderr == "" and len(exact.stdout.splitlines()) == 1 + 5
+    assert len(subs.ok(kind).splitlines()) == 1 + 5  # the default limit, 100

@@ -123,8 +123,15 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, 
         pass
 
 
-def _print_problems(ctx: click.Context, kind: str, as_json: bool) -> None:
-    rows = problems(open_database(ctx), kind)
+def _print_problems(ctx: click.Context, kind: str, as_json: bool, limit: int) -> None:
+    """The oldest ``limit`` (0: all) events of ``kind``, and a note on
+    stderr when there are more: a day of a broken handler can leave
+    millions, which no terminal and no memory should take at once."""
+    rows = problems(open_database(ctx), kind, limit + 1 if limit else MAX_EVENT_ID)
+    more = limit != 0 and len(rows) > limit
+    rows = rows[:limit] if more else rows
+    if more:
+        click.echo(f"note: more {kind} events than these {limit}, the oldest; `--limit 0` lists all", err=True)
     if as_json:
         click.echo(dumps([r.as_dict() for r in rows], indent=2))
         return
@@ -151,20 +158,31 @@ def _print_problems(ctx: click.Context, kind: str, as_json: bool) -> None:
     )
 
 
+_LIMIT = click.option(
+    "--limit",
+    type=click.IntRange(0, MAX_EVENT_ID - 1),
+    default=100,
+    show_default=True,
+    help="List the oldest this many; 0: all.",
+)
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_LIMIT
 @click.pass_context
-def failed(ctx: click.Context, as_json: bool) -> None:
+def failed(ctx: click.Context, as_json: bool, limit: int) -> None:
     """Events whose last attempt failed and that wait for a retry."""
-    _print_problems(ctx, "failed", as_json)
+    _print_problems(ctx, "failed", as_json, limit)
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_LIMIT
 @click.pass_context
-def dead(ctx: click.Context, as_json: bool) -> None:
+def dead(ctx: click.Context, as_json: bool, limit: int) -> None:
     """Events that used up their attempts (kept until purged)."""
-    _print_problems(ctx, "dead", as_json)
+    _print_problems(ctx, "dead", as_json, limit)
 
 
 @cli.command()

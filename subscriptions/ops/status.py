@@ -211,10 +211,11 @@ def _key(captured: bytes) -> dict[str, Any]:
         return {"captured": captured}
 
 
-def problems(db: Database, kind: str) -> list[ProblemEvent]:
-    """``kind`` is "failed" (waiting for a retry) or "dead"."""
+def problems(db: Database, kind: str, limit: int) -> list[ProblemEvent]:
+    """The first ``limit`` events of ``kind``, "failed" (waiting for a
+    retry) or "dead", oldest first."""
     with db.transaction() as cursor:
-        cursor.execute(sql.load("status")[kind])
+        cursor.execute(sql.load("status")[kind], (limit,))
         return [
             ProblemEvent(row[0], row[1], row[2], row[3], _key(row[4]), row[5], spelled_out(read_text(row[6])), *row[7:])
             for row in cursor.fetchall()
