@@ -20,7 +20,7 @@ from subscriptions.db.connection import Database
 from subscriptions.db.settings import ConnectionSettings
 
 from conftest import EngineWedged, credentials, query
-from processes import group, kill_group
+from processes import cmdline, group, kill_group
 from soak_chaos import py_spy_dump
 
 RECORDER = '''
@@ -236,9 +236,11 @@ def supervise(settings, tmp_path: Path, monkeypatch, drive, **options):
 
 
 def spawned_children(pid: int) -> list[int]:
-    """The processes ``pid`` started with multiprocessing's spawn."""
+    """The processes ``pid`` started with multiprocessing's spawn; one that
+    ends while they are listed is left out (a CI run read the command line
+    of a killed claimer just gone: ProcessLookupError)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return sorted(int(child) for child in children if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text())
+    return sorted(int(child) for child in children if "spawn_main" in cmdline(int(child)))
 
 
 @contextlib.contextmanager
