@@ -163,16 +163,14 @@ def test_a_port_in_use_is_a_one_line_error(web: Console, items) -> None:
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_stops_the_console_as_a_normal_end(items, tmp_path: Path, stop: signal.Signals) -> None:
+def test_a_signal_stops_the_console_as_a_normal_end(web: Console, stop: signal.Signals) -> None:
     """Before, uvicorn raised the signal again once it had shut down: Ctrl-C
     printed "Aborted!" and exited 1, SIGTERM ended the process with 143."""
-    console = Console(items, tmp_path)
-    assert console.get_json("/api/subscriptions")
-    console.process.send_signal(stop)
-    assert console.process.wait(30) == 0
-    console.stop()
-    assert console.log_text().splitlines()[-1] == "subs console stopped"
-    assert "Aborted" not in console.log_text()
+    assert web.get_json("/api/subscriptions")
+    web.process.send_signal(stop)
+    assert web.process.wait(30) == 0
+    assert web.log_text().splitlines()[-1] == "subs console stopped"
+    assert "Aborted" not in web.log_text()
 
 
 def test_without_the_web_extra_subs_web_says_how_to_install_it(items) -> None:
