@@ -47,6 +47,7 @@ SERVER_CRASH = pytest.StashKey[str]()
 # so that a steady stream of shared turns cannot keep it waiting for ever.
 TURN_LOCK = Path(tempfile.gettempdir()) / "subs-tests-turn.lock"
 GATE_LOCK = Path(tempfile.gettempdir()) / "subs-tests-gate.lock"
+LOCKS = "SUBS_TEST_LOCKS"  # environment variable: the run's directory of the engine's lock files
 
 
 def uses_fb3_server(item: pytest.Item) -> bool:
@@ -100,15 +101,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "alone: no other test runs meanwhile (the test restarts the Firebird 3 server, "
         "or its time bounds assume a machine not busy with other tests)",
     )
-    if not hasattr(config, "workerinput") and "FIREBIRD_LOCK" not in os.environ:
+    if not hasattr(config, "workerinput") and "FIREBIRD_LOCK" not in os.environ and LOCKS not in os.environ:
         # The embedded engine's lock and shared-memory files (6 MB per
         # database) outlive a SIGKILLed last process, and many tests kill
         # listeners: in /tmp/firebird they grew to 4.4 GB in a day of runs.
-        # The test processes (and pytest-xdist workers) inherit this directory;
-        # the Firebird 3 server keeps its own (fb3server drops FIREBIRD_*).
-        lock_dir = tempfile.mkdtemp(prefix="subs-tests-firebird-")
-        os.environ["FIREBIRD_LOCK"] = lock_dir
-        config.add_cleanup(partial(shutil.rmtree, lock_dir, ignore_errors=True))
+        # The Firebird 3 server keeps its own (fb3server drops FIREBIRD_*).
+        locks = tempfile.mkdtemp(prefix="subs-tests-firebird-")
+        os.environ[LOCKS] = locks
+        config.add_cleanup(partial(shutil.rmtree, locks, ignore_errors=True))
+    if LOCKS in os.environ:
+        # A directory per test process (pytest-xdist worker), inherited by what
+        # it starts: a process left wedged in the engine by a hung test makes
+        # every database creation that shares its directory wait 10 s and
+        # fail ("Timeout when waiting callback from other process").
+        worker = getattr(config, "workerinput", {}).get("workerid", "main")
+        os.environ["FIREBIRD_LOCK"] = os.path.join(os.environ[LOCKS], worker)
+        os.makedirs(os.environ["FIREBIRD_LOCK"], exist_ok=True)
     hangs.configure(config)
 
 
