@@ -3,22 +3,35 @@ os._exit, after printing every thread's stack. Under pytest-xdist that print
 is lost with the worker ("node down: Not properly terminated", then a rerun),
 so nothing says where the test waited. Each test process therefore also has
 faulthandler write every thread's stack to a file of its own a moment before
-the bound, and the controlling process prints those files at the end."""
+the bound, and the controlling process prints those files at the end.
+
+Then, still before the bound, the test process kills every process it
+started: a hung test's listeners would otherwise outlive it for the rest of
+the run, and one that sits wedged in the embedded engine fails every
+database the other test processes create (a CI run lost 42 tests to that:
+"Timeout when waiting callback from other process")."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import IO
 
 import pytest
 
+from processes import cmdline, descendants
+
 DIRECTORY = "SUBS_TEST_HANGS"  # environment variable: the files' directory
-AHEAD = 2.0  # seconds before pytest-timeout's bound
+AHEAD = 2.0  # seconds before pytest-timeout's bound: the stacks
+KILL_AHEAD = 1.0  # seconds before it: the test's processes are killed
 _dump: IO[str] | None = None
+_killer: threading.Timer | None = None
 
 
 def configure(config: pytest.Config) -> None:
@@ -32,9 +45,9 @@ def configure(config: pytest.Config) -> None:
 
 
 def arm(item: pytest.Item, timeout: float) -> None:
-    """Name ``item`` in this process's file, and dump the stacks into it
-    unless ``disarm`` comes first."""
-    global _dump
+    """Name ``item`` in this process's file, then dump the stacks into it
+    and kill the processes this one started, unless ``disarm`` comes first."""
+    global _dump, _killer
     if timeout <= AHEAD or DIRECTORY not in os.environ:
         return
     if _dump is None:
@@ -44,10 +57,29 @@ def arm(item: pytest.Item, timeout: float) -> None:
     _dump.write(f"{item.nodeid} reached its {timeout:g} s bound; its process's threads:\n")
     _dump.flush()
     faulthandler.dump_traceback_later(timeout - AHEAD, file=_dump)
+    _killer = threading.Timer(timeout - KILL_AHEAD, _kill_started_processes, args=(_dump,))
+    _killer.daemon = True
+    _killer.start()
 
 
 def disarm() -> None:
     faulthandler.cancel_dump_traceback_later()
+    if _killer is not None:
+        _killer.cancel()
+
+
+def _kill_started_processes(dump: IO[str]) -> None:
+    """SIGKILL every process this test process started, and name them after
+    the stacks in ``dump``."""
+    killed = []
+    for pid in descendants(os.getpid()):
+        command = cmdline(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(f"  {pid} {command}\n")
+    dump.seek(0, os.SEEK_END)  # past faulthandler's stacks, written to the same file
+    dump.write(f"killed the processes it had started: {len(killed)}\n{''.join(killed)}")
+    dump.flush()
 
 
 def report(config: pytest.Config, terminalreporter: pytest.TerminalReporter) -> None:

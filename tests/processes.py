@@ -52,6 +52,25 @@ def alive(pid: int) -> bool:
         return False
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, that run as our user (a
+    daemon such as fbguard, once reparented, is no longer anyone's), children
+    before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for other in all_pids():
+        parent = (stat(other) or (0, 0))[0]
+        with contextlib.suppress(OSError):
+            if parent and os.stat(f"/proc/{other}").st_uid == os.getuid():
+                children.setdefault(parent, []).append(other)
+    tree: list[int] = []
+    unvisited = [pid]
+    while unvisited:
+        below = children.get(unvisited.pop(0), [])
+        tree.extend(below)
+        unvisited.extend(below)
+    return tree
+
+
 def group(pgid: int) -> list[int]:
     """The processes of process group ``pgid``, zombies included."""
     return [pid for pid in all_pids() if (stat(pid) or (0, 0))[1] == pgid]
