@@ -157,6 +157,7 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
                 )
             handlers[tag] = Handler(tag, function, plugin, transactional, batch)
 
+        register.__qualname__ = "register"  # what a wrong call's TypeError names
         arguments = {"register": register, "config": config}
         try:
             impl.function(**{name: arguments[name] for name in impl.argnames})

@@ -118,6 +118,13 @@ def test_bad_plugins_are_one_line_errors(tmp_path):
         result,
         "misspelt.py implements register_handler, which is not a subs hook (listener_startup, register_handlers)",
     )
+    (tmp_path / "mistyped.py").write_text(PLUGIN.format(tag="x").replace("None)", "None, transactionl=True)"))
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", str(tmp_path / "mistyped.py")])
+    assert_one_line_error(
+        result,
+        "mistyped.py failed to register its handlers: "
+        "TypeError: register() got an unexpected keyword argument 'transactionl'",
+    )
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])
