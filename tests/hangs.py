@@ -7,9 +7,10 @@ the bound, and the controlling process prints those files at the end.
 
 Then, still before the bound, the test process kills every process it
 started: a hung test's listeners would otherwise outlive it for the rest of
-the run, and one that sits wedged in the embedded engine fails every
-database the other test processes create (a CI run lost 42 tests to that:
-"Timeout when waiting callback from other process")."""
+the run. In a CI run, after a test process was ended so, every database
+creation sharing its lock directory failed for 42 tests ("Timeout when
+waiting callback from other process": some process of the engine no longer
+answered)."""
 
 from __future__ import annotations
 

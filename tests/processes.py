@@ -53,9 +53,9 @@ def alive(pid: int) -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """The processes ``pid`` started, and theirs, that run as our user (a
-    daemon such as fbguard, once reparented, is no longer anyone's), children
-    before grandchildren."""
+    """The processes ``pid`` started, and theirs, children before
+    grandchildren; only those of our user, so never the Firebird 3 server
+    (user firebird), even when a test process has become its subreaper."""
     children: dict[int, list[int]] = {}
     for other in all_pids():
         parent = (stat(other) or (0, 0))[0]
