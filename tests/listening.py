@@ -88,9 +88,12 @@ def write_audit(event):
 
 
 class Listener:
-    """One `subs listen` process with the recording plugin."""
+    """One `subs listen` process with the recording plugin, in a session of
+    its own; as a ``job``, in a process group of its own in ours instead, as
+    a shell starts it: the kernel drops the terminal's stop signal for a
+    group that has no parent in its session (an orphaned group)."""
 
-    def __init__(self, settings, tmp_path: Path, *args: str) -> None:
+    def __init__(self, settings, tmp_path: Path, *args: str, job: bool = False) -> None:
         self.record = tmp_path / "record.jsonl"
         plugin = tmp_path / "recorder.py"
         plugin.write_text(RECORDER)
@@ -119,7 +122,8 @@ class Listener:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=not job,
+            process_group=0 if job else None,
         )
 
     def lines(self) -> list[dict]:

@@ -44,12 +44,18 @@ def all_pids() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
+def state(pid: int) -> str:
+    """The process's state as /proc shows it (R, S, T stopped, Z zombie, ...);
+    empty when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return ""
+
+
 def alive(pid: int) -> bool:
     """Running: neither gone nor a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return state(pid) not in ("", "Z")
 
 
 def descendants(pid: int) -> list[int]:
@@ -110,8 +116,8 @@ def reap(pid: int, pgid: int, deadline: float) -> None:
 
 
 def kill_group(process: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 30.0) -> list[int]:
-    """SIGKILL ``process``, started in a session of its own, and every process
-    of its group; return their pids once each of them is reaped."""
+    """SIGKILL ``process``, the leader of a process group of its own, and
+    every process of its group; return their pids once each of them is reaped."""
     with subreaper():
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

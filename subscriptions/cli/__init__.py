@@ -26,6 +26,7 @@ from subscriptions.config import CONFIG_ENV, FileConfig, load_config
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stored_name
+from subscriptions.db.terminal_stop import refuse_terminal_stop
 from subscriptions.errors import SubsError
 from subscriptions.schema.version import require_current
 
@@ -141,6 +142,7 @@ def cli(
         password or config.database.get("password"),
         stored_name(role, "role") if role else None,
     )
+    refuse_terminal_stop(settings, say=lambda text: click.echo(text, err=True))
     ctx.obj = App(settings, config, config_path)
 
 

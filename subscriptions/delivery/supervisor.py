@@ -45,6 +45,7 @@ from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.db.retry import Backoff
+from subscriptions.db.terminal_stop import terminal_stop_ignored
 from subscriptions.errors import SubsError
 
 from . import housekeeping, lifeline, reaper, recovery, stats, worker
@@ -81,7 +82,10 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self.context = multiprocessing.get_context("spawn")
-        self.reports = self.context.Queue()
+        # The queue's lock starts multiprocessing's resource tracker, a process
+        # of our group that Ctrl-Z would otherwise stop for good.
+        with terminal_stop_ignored(self.options.settings):
+            self.reports = self.context.Queue()
         self.workers: list[BaseProcess | None] = []
         self.progress: dict[BaseProcess, c_double] = {}
         self.started: dict[BaseProcess, float] = {}
