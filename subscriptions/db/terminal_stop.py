@@ -4,7 +4,8 @@ send it: every other process of that database, the application's included,
 waits (new attachments too) until it runs again, and every CREATE DATABASE
 sharing its lock directory fails after 10 s (docs/OPERATIONS.md, "The
 embedded engine"). So subs's processes on an embedded database do not stop on
-the terminal's stop key (SIGTSTP), and say so. On a Firebird server the
+the terminal's stop key (SIGTSTP): the command says so, and the processes
+it starts ignore it. On a Firebird server the
 server holds the locks: Ctrl-Z works as usual. SIGSTOP cannot be refused."""
 
 from __future__ import annotations
@@ -22,22 +23,20 @@ REFUSED = (
 )
 
 
-def refuse_terminal_stop(settings: ConnectionSettings, say: Callable[[str], object] | None = None) -> None:
+def refuse_terminal_stop(settings: ConnectionSettings, say: Callable[[str], object]) -> None:
     """On an embedded database, have Ctrl-Z call ``say(REFUSED)`` instead of
-    stopping this process; without ``say``, ignore it (the listener's claimer
-    and handler processes, whose parent says it). Only the main thread of a
-    process sets its signals; elsewhere (a host program's thread) this does
-    nothing."""
+    stopping this process. Only the main thread of a process sets its
+    signals; elsewhere (a host program's thread) this does nothing."""
     if settings.is_remote or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGTSTP, signal.SIG_IGN if say is None else lambda signum, frame: say(REFUSED))
+    signal.signal(signal.SIGTSTP, lambda signum, frame: say(REFUSED))
 
 
 @contextlib.contextmanager
 def terminal_stop_ignored(settings: ConnectionSettings) -> Iterator[None]:
     """On an embedded database, ignore Ctrl-Z meanwhile, so that the processes
-    started inside ignore it too (exec resets a handler, not SIG_IGN): for
-    those that cannot call ``refuse_terminal_stop`` themselves."""
+    started inside ignore it from their start on, and so do theirs (exec
+    resets a handler to the default, stopping, but keeps SIG_IGN)."""
     if settings.is_remote or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 from subscriptions import logs
 from subscriptions.capture.values import UndecodableEvent
-from subscriptions.db.terminal_stop import refuse_terminal_stop
 from subscriptions.events import Event
 from subscriptions.plugins import Handler, collect_handlers, plugin_manager
 
@@ -251,7 +250,6 @@ def main(
     lifeline.die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    refuse_terminal_stop(options.settings)
     time.sleep(start_pause)
     _one_write_per_line()
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)

@@ -83,7 +83,7 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.context = multiprocessing.get_context("spawn")
         # The queue's lock starts multiprocessing's resource tracker, a process
-        # of our group that Ctrl-Z would otherwise stop for good.
+        # of our group that Ctrl-Z would otherwise stop for good (as _start).
         with terminal_stop_ignored(self.options.settings):
             self.reports = self.context.Queue()
         self.workers: list[BaseProcess | None] = []
@@ -205,7 +205,10 @@ class Supervisor:
             name="subs-worker",
             daemon=False,
         )
-        process.start()
+        # Ignored from its first instruction on, and by the handler
+        # processes it starts in turn (db/terminal_stop.py).
+        with terminal_stop_ignored(self.options.settings):
+            process.start()
         self.progress[process] = progress
         self.started[process] = time.monotonic()
         self.settled_before[process] = self.settled

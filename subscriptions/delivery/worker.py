@@ -48,7 +48,6 @@ from subscriptions import logs
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line, is_connection_lost
 from subscriptions.db.retry import Backoff
-from subscriptions.db.terminal_stop import refuse_terminal_stop
 from subscriptions.errors import SubsError
 from subscriptions.plugins import collect_handlers, plugin_manager
 from subscriptions.schema import version as schema_version
@@ -467,7 +466,6 @@ def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double 
     """Entry point of a spawned worker process."""
     if parent:
         lifeline.die_with(parent)
-    refuse_terminal_stop(options.settings)
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     try:
         worker = Worker(options, reports, progress)
