@@ -4,9 +4,9 @@ send it: every other process of that database, the application's included,
 waits (new attachments too) until it runs again, and every CREATE DATABASE
 sharing its lock directory fails after 10 s (docs/OPERATIONS.md, "The
 embedded engine"). So subs's processes on an embedded database do not stop on
-the terminal's stop key (SIGTSTP): the command says so, and the processes
-it starts ignore it. On a Firebird server the
-server holds the locks: Ctrl-Z works as usual. SIGSTOP cannot be refused."""
+the terminal's stop key (SIGTSTP): the command says so, and the processes it
+starts ignore it. On a Firebird server the server holds the locks: Ctrl-Z
+works as usual. SIGSTOP cannot be refused."""
 
 from __future__ import annotations
 
