@@ -2,7 +2,8 @@
 dead children leave: a SIGKILLed listener must not leave its claimer or
 handler processes behind, and none of them may stay a zombie, which the
 embedded engine takes for a live process that still holds its locks
-(docs/FIREBIRD-BUGS.md, 10)."""
+(docs/FIREBIRD-BUGS.md, 10). And a claimer that stops gracefully however
+its stop signals come."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import ctypes
 import logging
 import os
 import signal
-from collections.abc import Collection
+import threading
+from collections.abc import Callable, Collection
 
 log = logging.getLogger("subs.worker")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+_halter: threading.Thread | None = None
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -60,3 +64,34 @@ def reap_orphans(waited_for: Collection[int]) -> list[tuple[int, int]]:
             return reaped
         pid, status = os.waitpid(ended.si_pid, 0)
         reaped.append((pid, os.waitstatus_to_exitcode(status)))
+
+
+def halt_on_stop_signals(halt: Callable[[], None]) -> None:
+    """Have the first SIGTERM or SIGINT call ``halt``, in a thread of its own;
+    again after something else took the signals over (the embedded engine
+    does, when it attaches). Main thread only.
+
+    The handlers themselves do nothing but have Python write the signal's
+    number to a pipe, which the thread reads. A halt inside the handler ran
+    in the main thread between two of its steps, and could wait for ever for
+    a lock the main thread held: Ctrl-C sends the claimer SIGINT and the
+    supervisor then SIGTERM, and in 3 tries of 10 the second came while the
+    handler of the first was in Event.set; the listener waited out its
+    --grace and killed the claimer. A burst of signals nested the handlers
+    until RecursionError."""
+    global _halter
+    if _halter is None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        _halter = threading.Thread(target=_halt_at_stop_signal, args=(read_end, halt), name="signals", daemon=True)
+        _halter.start()
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda *_: None)
+
+
+def _halt_at_stop_signal(numbers: int, halt: Callable[[], None]) -> None:
+    while received := os.read(numbers, 64):
+        if STOP_SIGNALS & set(received):
+            halt()
+            return

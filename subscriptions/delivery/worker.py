@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -170,13 +169,12 @@ class Worker:
     # -- connection and wake-up -------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT mean "stop gracefully". Installed after attaching:
-        the embedded engine sets its own handlers, which shut down every
-        attachment of the process at once."""
+        """SIGTERM/SIGINT mean "stop gracefully". Installed again after each
+        attach: the embedded engine sets its own handlers, which shut down
+        every attachment of the process at once."""
         if threading.current_thread() is not threading.main_thread():
             return  # embedded in a host program (tests): its signals are its own
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: self.halt())
+        lifeline.halt_on_stop_signals(self.halt)
 
     def halt(self) -> None:
         """Stop gracefully: running handlers finish, nothing new starts."""

@@ -1,0 +1,82 @@
+"""Ctrl-C and Ctrl-Z on `subs listen` run in a terminal, where they signal
+every process of the listener at once. Ctrl-Z: a stopped process of an
+embedded database holds up every other process of it, the application's
+included (docs/OPERATIONS.md, "The embedded engine")."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+
+from subscriptions.db.terminal_stop import REFUSED
+
+from conftest import wait_until
+from listening import Listener, handled, insert, spawned_children
+from processes import group, state
+
+
+def test_ctrl_z_stops_a_listener_only_where_that_holds_up_nobody(items, tmp_path, listeners):
+    """On an embedded database the listener's processes ignore Ctrl-Z and the
+    listener says why; the application's writes and their delivery go on. On
+    a server Ctrl-Z stops them as usual, and once continued they go on."""
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
+    listeners.append(listener)
+    insert(items, 1, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1])
+    members = group(listener.process.pid)
+    assert len(members) >= 5, "the listener, the resource tracker, the claimer and 2 handler processes"
+
+    os.killpg(listener.process.pid, signal.SIGTSTP)
+    if items.is_remote:
+        wait_until(lambda: {state(pid) for pid in members} == {"T"}, 10, "every process of the listener to stop")
+        assert REFUSED not in listener.output()
+        os.killpg(listener.process.pid, signal.SIGCONT)
+    else:
+        wait_until(lambda: REFUSED in listener.output(), 10, "the listener to say it ignores Ctrl-Z")
+        settled = time.monotonic() + 1.0  # a stop takes effect as the signal arrives: well within this
+        while time.monotonic() < settled:
+            assert [pid for pid in members if state(pid) == "T"] == []
+            time.sleep(0.05)
+        assert listener.output().count(REFUSED) == 1, listener.output()
+    insert(items, 2, 1)
+    listener.wait_for(lambda lines: handled(lines) == [1, 2])
+
+
+def storm(pid: int, gap: float = 0.0001, longest: float = 2.0) -> None:
+    """SIGINT and SIGTERM in turn at ``pid``, one every ``gap`` seconds, until
+    it is gone (or ``longest`` seconds have passed)."""
+    deadline = time.perf_counter() + longest
+    for count in itertools.count():
+        try:
+            os.kill(pid, signal.SIGTERM if count % 2 else signal.SIGINT)
+        except ProcessLookupError:
+            return
+        pause_until = time.perf_counter() + gap
+        while time.perf_counter() < pause_until:
+            pass
+        if pause_until > deadline:
+            return
+
+
+def test_signals_in_quick_succession_stop_a_listener_gracefully(items, tmp_path, listeners):
+    """Ctrl-C signals every process of the job: the claimer gets SIGINT, and
+    SIGTERM from the supervisor a moment later. The claimer's handler of the
+    second used to wait for ever for a lock its handler of the first held (3
+    Ctrl-Cs in 10 by hand): the listener then waited out its --grace and
+    killed the claimer. Here the claimer gets both in turn every 0.1 ms until
+    it ends, five times over; before the fix, its handlers nested until
+    RecursionError or hung."""
+    for attempt in range(5):
+        listener = Listener(items, tmp_path, "--grace", "10", job=True)
+        listeners.append(listener)
+        insert(items, attempt + 1, 1)
+        listener.wait_for(lambda lines: attempt + 1 in handled(lines))
+        (claimer,) = spawned_children(listener.process.pid)
+        storm(claimer)
+        os.killpg(listener.process.pid, signal.SIGINT)
+        assert listener.finish(60) == 0, listener.output()
+        output = listener.output()
+        for sign_of_trouble in ("grace period over", "Traceback", "Exception ignored"):
+            assert sign_of_trouble not in output, f"try {attempt + 1}: {output[-3000:]}"
