@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from subscriptions import RetryLater
+from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery.options import ListenOptions
 from subscriptions.errors import MAX_RETRY_AFTER
 
 from conftest import ITEMS_TABLE, Subs, execute, query, wait_until
@@ -23,6 +25,27 @@ from listening import Listener, insert
 def test_retry_later_refuses_a_delay_it_cannot_keep(seconds: float) -> None:
     with pytest.raises(ValueError, match="RetryLater needs 0 to"):
         RetryLater("busy", seconds)
+
+
+@pytest.mark.parametrize(
+    ("backoff_min", "backoff_max", "bounds"),
+    [
+        (1.0, 300.0, [(1, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 128), (128, 256), (150, 300)]),
+        (5.0, 8.0, [(5, 5), (5, 8), (5, 8), (5, 8)]),
+        (0.0, 300.0, [(0, 0), (0, 0)]),
+    ],
+)
+def test_retry_delays_keep_within_backoff_min_and_max(
+    backoff_min: float, backoff_max: float, bounds: list[tuple[float, float]]
+) -> None:
+    """--backoff-min is a floor even for the jittered delays, --backoff-max a
+    ceiling, and the delays double in between."""
+    options = ListenOptions(ConnectionSettings(), backoff_min=backoff_min, backoff_max=backoff_max)
+    for attempt, (low, high) in enumerate(bounds, start=1):
+        delays = [options.retry_delay(attempt) for _ in range(200)]
+        assert low <= min(delays) and max(delays) <= high, (attempt, min(delays), max(delays))
+        if high > low:
+            assert max(delays) - min(delays) > (high - low) / 2, "no jitter"
 
 
 @pytest.mark.parametrize("mode", ["ordered", "parallel"])

@@ -139,9 +139,9 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     type=_SECONDS,
     default=1.0,
     show_default=True,
-    help="Seconds before the first retry; doubles per attempt, with jitter.",
+    help="Seconds before the first retry; doubles per attempt, with jitter, never under this.",
 )
-@click.option("--backoff-max", type=_SECONDS, default=300.0, show_default=True)
+@click.option("--backoff-max", type=_SECONDS, default=300.0, show_default=True, help="Seconds a retry waits at most.")
 @click.option(
     "--on-failure",
     type=click.Choice([DEAD, BLOCK]),

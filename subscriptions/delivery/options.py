@@ -40,9 +40,11 @@ class ListenOptions:
 
     def retry_delay(self, attempt: int) -> float:
         """Exponential backoff with jitter: between half and all of
-        ``backoff_min * 2**(attempt-1)``, capped at ``backoff_max``."""
+        ``backoff_min * 2**(attempt-1)``, capped at ``backoff_max`` and never
+        under ``backoff_min`` (what the options promise: so the first retry
+        waits --backoff-min, and later ones spread)."""
         ceiling = min(self.backoff_max, self.backoff_min * 2 ** max(attempt - 1, 0))
-        return random.uniform(ceiling / 2, ceiling)
+        return random.uniform(max(self.backoff_min, ceiling / 2), ceiling)
 
     def goes_dead(self, attempt: int, undeliverable: bool = False) -> bool:
         """Whether a failed attempt makes its event dead: the last one
