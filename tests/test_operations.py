@@ -114,6 +114,7 @@ def test_detach_status_stop(rec, tmp_path):
     assert not pidfile.exists() and not daemon.is_alive(pid)
     rotated, log = (tmp_path / "subs.log.1").read_text(), logfile.read_text()
     assert "listening on" in rotated and "listening on" not in log and "stopping" in log
+    assert "INFO subs.listener: stopped: 2 handled, 0 failed attempt(s), 0 died since the start\n" in log, log
     assert oct(logfile.stat().st_mode & 0o777) == "0o600"
     if rec.password:
         assert rec.password not in rotated + log

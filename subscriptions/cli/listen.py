@@ -18,7 +18,7 @@ from subscriptions.config import MAX_SECONDS
 from subscriptions.db.errors import first_line
 from subscriptions.delivery import metrics_server as endpoint
 from subscriptions.delivery import startup
-from subscriptions.delivery.metrics import OUTCOMES, Metrics
+from subscriptions.delivery.metrics import Metrics
 from subscriptions.delivery.options import BLOCK, DEAD, ORDERED, PARALLEL, ListenOptions
 from subscriptions.delivery.supervisor import Supervisor
 from subscriptions.errors import SubsError
@@ -275,10 +275,7 @@ def _drain_summary(options: ListenOptions, metrics: Metrics) -> int:
     """Print what a --drain run did and left behind, in one line; 1 when it
     left failing or dead events (for scripts and CI jobs), or when what it
     left cannot be read."""
-    done = {outcome: 0 for outcome in OUTCOMES}
-    for counts in metrics.snapshot()["events"].values():
-        for outcome in OUTCOMES:
-            done[outcome] += counts.get(outcome, 0)
+    done = metrics.totals()
     summary = f"drained: {done['handled']} handled, {done['failed']} failed attempt(s), {done['dead']} died; "
     try:
         left = left_behind(options.settings, options.tags)

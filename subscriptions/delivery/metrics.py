@@ -208,6 +208,11 @@ class Metrics:
                 self._data = _empty()
             return data
 
+    def totals(self) -> dict[str, int]:
+        """Events per outcome over every tag: what a run did, for its last words."""
+        with self._lock:
+            return {outcome: sum(counts[outcome] for counts in self._data["events"].values()) for outcome in OUTCOMES}
+
     def merge(self, snapshot: Snapshot) -> None:
         """Add a worker's delta snapshot (see the module docstring)."""
         with self._lock:

@@ -362,6 +362,14 @@ class Supervisor:
                         process.kill()
                 time.sleep(0.1)
             self._collect_reports()
+            if self.stopping:
+                done = self.metrics.totals()
+                log.info(
+                    "stopped: %d handled, %d failed attempt(s), %d died since the start",
+                    done["handled"],
+                    done["failed"],
+                    done["dead"],
+                )
             return 0
         finally:
             self.done.set()
