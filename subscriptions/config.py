@@ -29,9 +29,12 @@ class FileConfig:
 
     database: dict[str, Any] = field(default_factory=dict, repr=False)
     handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    note: str | None = None  # for the user: the file shows its secrets to other users
 
 
 DATABASE_KEYS = {"dsn", "user", "password", "role"}
+_SECRET_KEY = re.compile(r"password|passwd|secret|token|authorization|api_?key", re.IGNORECASE)
+_PASSWORD_IN_URL = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
 
 
 def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> FileConfig:
@@ -64,7 +67,33 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
         if match:
             tag = next((t for t in handlers if t.upper() == match["tag"]), match["tag"].lower())
             handlers.setdefault(tag, {})[match["key"].lower()] = value
-    return FileConfig(_database_table(file, data.get("database", {})), handlers)
+    return FileConfig(_database_table(file, data.get("database", {})), handlers, _exposed_secrets_note(file, data))
+
+
+def _exposed_secrets_note(file: Path, data: Mapping[str, Any]) -> str | None:
+    """A note when other users can read a file that holds secrets (a
+    password, a webhook's secret, a token, a URL with a password), as ssh
+    and libpq give for theirs; a note, not a refusal, so that no listener
+    stops over it."""
+    mode = file.stat().st_mode & 0o777 if data else 0
+    found = [f"[{'.'.join(path[:-1])}] {path[-1]}" for path in _secrets(data, ())] if mode & 0o004 else []
+    if not found:
+        return None
+    return (
+        f"config file {file} holds secrets ({', '.join(found)}) that other users can read (mode {mode:o}); "
+        f"make it private: chmod o-rwx {file}"
+    )
+
+
+def _secrets(value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The key paths of the secrets in ``value``, a TOML document or part of one."""
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _secrets(item, (*path, str(key)))]
+    if isinstance(value, list):
+        return [path] if any(_secrets(item, path) for item in value) else []
+    if _SECRET_KEY.search(path[-1]) and value != "":
+        return [path]
+    return [path] if isinstance(value, str) and _PASSWORD_IN_URL.search(value) else []
 
 
 def _database_table(file: Path, table: Any) -> dict[str, str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from subscriptions.config import load_config
 from subscriptions.ops import detach as daemon
 
 from conftest import Subs, execute, free_port, query, scrape_metrics, wait_until
@@ -217,6 +218,46 @@ def test_systemd_unit_keeps_the_password_out(rec, tmp_path):
         assert len(refused.stderr.strip().splitlines()) == 1 and said in refused.stderr, refused.stderr
 
 
+SECRETS = """
+[database]
+user = "app"
+password = ""
+[handlers.webhook]
+url = "https://hooks.example.com/in"
+headers = { Authorization = "Bearer abc", Accept = "application/json" }
+[handlers.audit]
+use = "webhook"
+url = "https://subs:hunter2@audit.example.com/in"
+secret = "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
+[handlers.exec]
+command = ["/bin/true", "https://a:b@c"]
+env = { API_TOKEN = "x", PATH = "/bin" }
+[handlers.nats]
+url = ["nats://h1:4222", "nats://subs:pw@h2:4222"]
+creds = "/etc/subs/nats.creds"
+"""
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o644, 0o604])
+def test_a_config_file_others_can_read_is_named_when_it_holds_secrets(tmp_path: Path, mode: int) -> None:
+    """Every secret is named by where it is, never by its value; a file only
+    its owner and group can read, and one with no secrets, get no note."""
+    config = tmp_path / "subs.toml"
+    config.write_text(SECRETS)
+    config.chmod(mode)
+    note = load_config(str(config), environ={}).note
+    if not mode & 0o004:
+        assert note is None
+        return
+    assert note == (
+        f"config file {config} holds secrets ([handlers.webhook.headers] Authorization, [handlers.audit] url, "
+        "[handlers.audit] secret, [handlers.exec] command, [handlers.exec.env] API_TOKEN, [handlers.nats] url) "
+        f"that other users can read (mode {mode:o}); make it private: chmod o-rwx {config}"
+    )
+    config.write_text('[database]\nuser = "app"\n[handlers.webhook]\nurl = "https://hooks.example.com/in"\n')
+    assert load_config(str(config), environ={}).note is None
+
+
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)
 def test_password_from_the_config_file_only(rec, tmp_path):
     """No ISC_PASSWORD and no --password: [database] in subs.toml is enough, and
@@ -239,6 +280,15 @@ def test_password_from_the_config_file_only(rec, tmp_path):
         outputs.append(result.stdout + result.stderr)
     assert "rec" in outputs[0] and f"WorkingDirectory={tmp_path}" in outputs[3]  # finds ./subs.toml
     assert not any(rec.password in output for output in outputs)
+    config.chmod(0o644)
+    shown = subprocess.run(
+        [sys.executable, "-m", "subscriptions", "list"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (shown.returncode, shown.stderr) == (
+        0,
+        "note: config file subs.toml holds secrets ([database] password) that other users can read (mode 644); "
+        "make it private: chmod o-rwx subs.toml\n",
+    )
     config.write_text(config.read_text().replace(rec.password, "not-the-password"))
     refused = subprocess.run(
         [sys.executable, "-m", "subscriptions", "status"],

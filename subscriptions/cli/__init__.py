@@ -135,6 +135,8 @@ def cli(
 ) -> None:
     """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
     config = load_config(config_path)
+    if config.note:
+        click.echo(f"note: {config.note}", err=True)
     role = role or config.database.get("role")
     settings = ConnectionSettings(
         database or config.database.get("dsn") or DEFAULT_DATABASE,
