@@ -318,6 +318,30 @@ def test_unknown_events_and_subscriptions_are_404(web: Console) -> None:
         assert web.request(method, path)[0] == 404, path
 
 
+def test_a_browser_is_refused_with_a_page_an_api_client_with_json_others_with_a_line(web: Console) -> None:
+    """A browser (Accept: text/html) gets the console's layout, the status,
+    the reason and a way back; a bare line of text left it stranded."""
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    for path, bearer, status, heading, reason in [
+        ("/events?subscription=99", True, 404, "Not found", "there is no subscription 99"),
+        ("/events/999", True, 404, "Not found", "there is no event 999; it was handled or discarded"),
+        ("/no/such/page", True, 404, "Not found", "there is no page /no/such/page"),
+        ("/events/abc", True, 404, "Not found", "there is no page /events/abc"),
+        ("/events", False, 401, "The console&#39;s token is needed", "the console needs its token: open the address"),
+    ]:
+        answer, headers, body = web.request("GET", path, headers=browser, bearer=bearer)
+        assert (answer, headers["content-type"]) == (status, "text/html; charset=utf-8"), path
+        assert "default-src 'self'" in headers["content-security-policy"]
+        page = body.decode()
+        assert f"<h1>{heading}</h1>" in page and f'<p id="refused">{reason}' in page, page
+        assert '<a href="/">Back to the subscriptions</a>' in page
+        answer, headers, body = web.request("GET", path, bearer=bearer)
+        assert (answer, headers["content-type"]) == (status, "text/plain; charset=utf-8"), path
+        assert body.decode().startswith(reason) and body.count(b"\n") == 1, body
+    answer, _, body = web.request("GET", "/api/no/such", headers=browser)
+    assert (answer, json.loads(body)) == (404, {"error": "there is no page /api/no/such"})
+
+
 def test_one_event_with_its_values_as_to_json_encodes_them(settings, web: Console) -> None:
     execute(
         settings,

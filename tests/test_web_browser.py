@@ -117,7 +117,8 @@ def test_the_overview_says_when_its_figures_stopped_refreshing(items, web: Conso
     assert (now - shown).total_seconds() % 86400 >= STALE_AFTER  # the last refresh's time, kept
     assert browser.find_element(By.CSS_SELECTOR, "#figures table").value_of_css_property("opacity") == "0.45"
     browser.refresh()
-    assert "now has subs schema version" in browser.find_element(By.TAG_NAME, "body").text
+    assert text_of(browser, "h1") == "Not available now"
+    assert "now has subs schema version" in text_of(browser, "#refused")
 
 
 def test_an_event_opens_with_old_and_new_side_by_side(items, web: Console, browser: WebDriver) -> None:

@@ -14,12 +14,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote, urlencode
 
 from firebird.driver import Cursor, DatabaseError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -39,11 +40,21 @@ from subscriptions.schema import version as schema_version
 
 from .attachments import Attachments
 from .charts import chart
-from .security import Access, Guard, Refused, check_csrf
+from .security import Access, Guard, Refused, check_csrf, refusal
 
 NOTICE_COOKIE = "subs_notice"
 HTMX = "htmx-2.0.8.min.js"
 
+
+# What a refusal's page is headed with, by status.
+HEADINGS = {
+    400: "Bad request",
+    401: "The console's token is needed",
+    403: "Refused",
+    404: "Not found",
+    405: "Not allowed",
+    503: "Not available now",
+}
 
 # The pages cut a value's JSON after this many characters (a row with a
 # 5 MB BLOB made a 23 MB page); the JSON API gives it whole.
@@ -159,6 +170,13 @@ class Console:
             response.delete_cookie(NOTICE_COOKIE, path="/")
         return response
 
+    def refused(self, request: Request, status: int, message: str) -> Response:
+        """The page of a refusal, with the notice of the action that led
+        here: a retried event is often gone (handled) when its page comes back."""
+        response = self.page(request, "refused.html", heading=HEADINGS.get(status, "Refused"), message=message)
+        response.status_code = status
+        return response
+
     # -- pages ---------------------------------------------------------------------------
 
     def _figures(self) -> dict[str, Any]:
@@ -215,15 +233,7 @@ class Console:
             found = console.event(cursor, event_id)
             return found, console.subscription(cursor, found.subscription)
 
-        try:
-            found, subscription = self.read(work)
-        except Refused as refused:
-            if refused.status != 404:
-                raise
-            # Often just handled: a retried event is gone once its handler succeeds.
-            response = self.page(request, "missing.html", message=refused.message)
-            response.status_code = 404
-            return response
+        found, subscription = self.read(work)
         columns = list(dict.fromkeys([*(found.old or {}), *(found.new or {})]))
         return self.page(request, "event.html", event=found, subscription=subscription, columns=columns)
 
@@ -294,6 +304,13 @@ class Console:
         return response
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such page) answered as the console's."""
+    http = cast(HTTPException, exc)  # the handler of HTTPException only
+    message = f"there is no page {request.url.path}" if http.status_code == 404 else http.detail
+    return refusal(request, http.status_code, message)
+
+
 def _in_read_only_transaction(db: Database, work: Callable[[Cursor], Any]) -> Any:
     with db.transaction(read_only_tpb()) as cursor:
         return work(cursor)
@@ -332,7 +349,9 @@ def create_app(settings: ConnectionSettings, access: Access) -> Starlette:
             Mount("/static", StaticFiles(packages=[("subscriptions.web", "static")]), name="static"),
         ],
         middleware=[Middleware(Guard)],
+        exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
     app.state.access = access
+    app.state.refusal_page = routes.refused
     return app

@@ -97,8 +97,14 @@ class Refused(Exception):
 
 
 def refusal(request: Request, status: int, message: str) -> Response:
+    """JSON for the API; for a browser a page in the console's layout (a
+    bare line of text left its user without a way back); plain text for
+    other clients."""
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": message}, status_code=status)
+    if "text/html" in request.headers.get("accept", ""):
+        page: Response = request.app.state.refusal_page(request, status, message)
+        return page
     return PlainTextResponse(message + "\n", status_code=status)
 
 
