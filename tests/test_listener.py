@@ -127,6 +127,18 @@ def test_ordered_mode_keeps_a_streams_inserts_updates_and_deletes_in_log_order(i
     assert remaining(items) == 0
 
 
+def test_only_a_listener_for_every_tag_warns_of_tags_it_has_no_handler_for(items, tmp_path, listeners):
+    """With --tag, the other tags are another listener's business: warning of
+    them told an operator of nothing but noise."""
+    Subs(items).ok("add", "items", "I", "mailer")
+    warning = "subscription 4 (ITEMS I mailer) has no handler for its tag; its events stay pending"
+    for args, warned in ((("--tag", "rec"), False), ((), True)):
+        listener = Listener(items, tmp_path, "--drain", *args)
+        listeners.append(listener)
+        assert listener.finish() == 0, listener.output()
+        assert (warning in listener.output()) is warned, listener.output()
+
+
 def test_a_failing_event_holds_back_the_rest_of_its_stream(items, tmp_path, listeners):
     insert(items, 1, 1, "fail_once")
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1", "DELETE FROM ITEMS WHERE ID = 1")

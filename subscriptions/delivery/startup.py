@@ -102,7 +102,7 @@ def prepare(options: ListenOptions) -> None:
     if orphans:
         log.info("deleted %s event(s) of purged subscriptions", orphans)
     for target in targets:
-        if target.tag not in handlers:
+        if target.tag not in handlers and not options.tags:  # --tag: the rest is someone else's
             log.warning(
                 "subscription %s (%s %s %s) has no handler for its tag; its events stay pending",
                 target.sub_id,
