@@ -23,11 +23,16 @@ REFUSED = (
 )
 
 
+def _applies(settings: ConnectionSettings) -> bool:
+    """An embedded database, and the main thread: only it sets a process's
+    signals (in a host program's other threads, this module does nothing)."""
+    return not settings.is_remote and threading.current_thread() is threading.main_thread()
+
+
 def refuse_terminal_stop(settings: ConnectionSettings, say: Callable[[str], object]) -> None:
     """On an embedded database, have Ctrl-Z call ``say(REFUSED)`` instead of
-    stopping this process. Only the main thread of a process sets its
-    signals; elsewhere (a host program's thread) this does nothing."""
-    if settings.is_remote or threading.current_thread() is not threading.main_thread():
+    stopping this process."""
+    if not _applies(settings):
         return
     signal.signal(signal.SIGTSTP, lambda signum, frame: say(REFUSED))
 
@@ -37,7 +42,7 @@ def terminal_stop_ignored(settings: ConnectionSettings) -> Iterator[None]:
     """On an embedded database, ignore Ctrl-Z meanwhile, so that the processes
     started inside ignore it from their start on, and so do theirs (exec
     resets a handler to the default, stopping, but keeps SIG_IGN)."""
-    if settings.is_remote or threading.current_thread() is not threading.main_thread():
+    if not _applies(settings):
         yield
         return
     previous = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
