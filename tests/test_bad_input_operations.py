@@ -111,6 +111,7 @@ FILES = {
 def prepared(settings: ConnectionSettings, tmp_path: Path) -> ConnectionSettings:
     for name, text in FILES.items():
         (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o600)  # a secret in a file others can read would add a note
     # A pid that is certainly not running: a child that has exited and been reaped.
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "stale.pid").write_text(finished.stdout)
