@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import pluggy
 
 from subscriptions import hookspecs
-from subscriptions.capture.names import check_tag
+from subscriptions.capture.names import TAG_PATTERN, TAG_RULE, check_tag
 from subscriptions.errors import SubsError
 
 ENTRY_POINT_GROUP = "subscriptions"
@@ -126,6 +126,17 @@ def _register(manager: pluggy.PluginManager, module: ModuleType, spec: str) -> N
         raise SubsError(f"plugin {spec} does not fit subs's hooks: {reason}") from None
 
 
+def unused_tables(handlers: Mapping[str, Handler], config: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What to say of the ``[handlers.TAG]`` tables no loaded handler reads:
+    a misspelt tag, or a plugin's table when that plugin was not loaded."""
+    return [
+        f"[handlers.{tag}] is read by no handler loaded here: a misspelt tag, or a plugin's table and that plugin "
+        "was not loaded (--plugin, SUBS_PLUGINS)"
+        for tag in sorted(config)
+        if tag not in handlers
+    ]
+
+
 def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping[str, Any]]) -> dict[str, Handler]:
     """Ask every plugin for its handlers; two plugins claiming one tag is an error.
 
@@ -166,6 +177,8 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
         except Exception as exc:
             raise SubsError(f"plugin {plugin} failed to register its handlers: {type(exc).__name__}: {exc}") from None
     for tag, table in config.items():
+        if not TAG_PATTERN.fullmatch(tag):  # a table no subscription could ever use
+            raise SubsError(f"[handlers.{tag}]: {tag!r} is not a tag; name the table after one: {TAG_RULE}")
         target = table.get("use")
         if target is None:
             continue
@@ -173,6 +186,8 @@ def collect_handlers(manager: pluggy.PluginManager, config: Mapping[str, Mapping
             raise SubsError(f"[handlers.{tag}] uses its own tag; remove use, or name another handler")
         if "use" in config.get(target, {}):
             handler = config[target]["use"]
+            if handler == tag:
+                raise SubsError(f"[handlers.{tag}] and [handlers.{target}] use each other; one must name a handler")
             raise SubsError(f"[handlers.{tag}] uses {target!r}, itself an alias: write use = {handler!r}")
         if target not in handlers:
             raise SubsError(f"[handlers.{tag}] uses {target!r}, but no plugin registers that tag")

@@ -82,6 +82,24 @@ def test_without_handlers_the_list_says_how_to_get_one(tmp_path, monkeypatch):
     ]
 
 
+def test_a_handlers_table_no_loaded_handler_reads_is_named(tmp_path, monkeypatch):
+    """A misspelt [handlers.webhok] was ignored in silence, its events
+    pending for ever; a plugin's table is named too when the plugin is not
+    loaded, and not when it is."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "subs.toml").write_text('[handlers.webhok]\nurl = "http://127.0.0.1:9/"\n[handlers.mine]\n')
+    (tmp_path / "mine.py").write_text(PLUGIN.format(tag="mine"))
+    note = (
+        "note: [handlers.{}] is read by no handler loaded here: a misspelt tag, or a plugin's table and that "
+        "plugin was not loaded (--plugin, SUBS_PLUGINS)\n"
+    )
+    result = CliRunner().invoke(cli, ["handlers"], env={"SUBS_PLUGINS": ""})
+    assert (result.exit_code, result.stderr) == (0, note.format("mine") + note.format("webhok"))
+    result = CliRunner().invoke(cli, ["handlers", "--plugin", "mine.py"], env={"SUBS_PLUGINS": ""})
+    assert (result.exit_code, result.stderr) == (0, note.format("webhok"))
+    assert result.stdout.splitlines()[1].split()[0] == "mine"
+
+
 def test_duplicate_tags_name_both_plugins(tmp_path):
     for name in ("one", "two"):
         (tmp_path / f"{name}.py").write_text(PLUGIN.format(tag="same"))

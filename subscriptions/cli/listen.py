@@ -26,7 +26,14 @@ from subscriptions.ops import detach as background
 from subscriptions.ops import systemd
 from subscriptions.ops.status import left_behind
 from subscriptions.ops.text_table import render
-from subscriptions.plugins import BUILTIN_TAGS, PLUGINS_ENV, collect_handlers, plugin_manager, plugin_specs
+from subscriptions.plugins import (
+    BUILTIN_TAGS,
+    PLUGINS_ENV,
+    collect_handlers,
+    plugin_manager,
+    plugin_specs,
+    unused_tables,
+)
 
 from . import app, cli
 
@@ -353,9 +360,11 @@ def systemd_unit(ctx: click.Context, environment_file: str, run_as: str | None, 
 @click.pass_context
 def handlers(ctx: click.Context, plugins: tuple[str, ...], as_json: bool) -> None:
     """List handler tags and the plugin providing each."""
-    found = sorted(
-        collect_handlers(plugin_manager(plugin_specs(plugins)), app(ctx).config.handlers).values(), key=lambda h: h.tag
-    )
+    config = app(ctx).config.handlers
+    collected = collect_handlers(plugin_manager(plugin_specs(plugins)), config)
+    for note in unused_tables(collected, config):
+        click.echo(f"note: {note}", err=True)
+    found = sorted(collected.values(), key=lambda h: h.tag)
     if as_json:
         listed = [{"tag": h.tag, "plugin": h.plugin, "transactional": h.transactional, "batch": h.batch} for h in found]
         click.echo(json.dumps(listed, indent=2))

@@ -22,7 +22,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.errors import SubsError
-from subscriptions.plugins import Handler, collect_handlers, plugin_manager
+from subscriptions.plugins import Handler, collect_handlers, plugin_manager, unused_tables
 from subscriptions.schema.version import require_current
 
 from . import housekeeping, reaper
@@ -101,6 +101,8 @@ def prepare(options: ListenOptions) -> None:
         version = ".".join(map(str, db.engine_version))
     if orphans:
         log.info("deleted %s event(s) of purged subscriptions", orphans)
+    for note in unused_tables(handlers, options.handler_config):
+        log.warning("%s", note)
     for target in targets:
         if target.tag not in handlers and not options.tags:  # --tag: the rest is someone else's
             log.warning(
