@@ -51,6 +51,18 @@ def test_every_command_and_option_is_documented() -> None:
     assert missing == []
 
 
+def test_every_option_says_what_it_does_in_its_help() -> None:
+    """`--help` is where a user looks first: an option listed with its type
+    and default alone (--max-attempts, --backoff-max) said too little."""
+    silent = [
+        f"subs {name} {param.opts[0]}".replace("subs  ", "subs ")
+        for name, command in [("", cli), *_commands().items()]
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert silent == []
+
+
 def test_the_documents_name_only_commands_and_options_that_exist() -> None:
     commands = _commands()
     global_options = _options(cli) | {"--help", "--version"}

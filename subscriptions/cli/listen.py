@@ -140,7 +140,13 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     help="Replace a handler process by a fresh one after the job in which its resident memory "
     "grew past this many MiB (handlers that leak).",
 )
-@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=10, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1, MAX_ATTEMPTS),
+    default=10,
+    show_default=True,
+    help="Attempts an event gets before --on-failure applies.",
+)
 @click.option(
     "--backoff-min",
     type=_SECONDS,
@@ -173,9 +179,19 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 @click.option("--detach", is_flag=True, help="Run in the background (needs --pidfile and --logfile).")
 @click.option("--pidfile", type=click.Path(dir_okay=False), help="With --detach: where to write the pid.")
 @click.option("--logfile", type=click.Path(dir_okay=False), help="Append logs to this file.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option(
-    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, for a log shipper.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    default="INFO",
+    show_default=True,
+    help="The least important log lines written.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")

@@ -214,7 +214,9 @@ def grant(ctx: click.Context, user: str, to_role: bool) -> None:
     show_default=True,
     help="Embedded database file to (re)create for the demo.",
 )
-@click.option("--rows", default=5, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--rows", default=5, show_default=True, type=click.IntRange(1, 10_000), help="Languages the demo inserts."
+)
 def demo_(path: str, rows: int) -> None:
     """Create a demo database, subscribe to `languages` and show events arriving."""
     demo.run(path, rows, click.echo)

@@ -44,7 +44,11 @@ def _bind(host: str, port: int) -> socket.socket:
 )
 @click.option("--read-only", is_flag=True, help="Show everything, refuse every action (403).")
 @click.option(
-    "--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    default="INFO",
+    show_default=True,
+    help="The least important log lines written (INFO: one per request).",
 )
 @click.pass_context
 def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: bool, log_level: str) -> None:
