@@ -49,11 +49,16 @@ class Handler:
     batch: bool = False
 
 
+def _is_path(spec: str) -> bool:
+    """Whether a plugin spec names a file (else a module)."""
+    return spec.endswith(".py") or "/" in spec or Path(spec).is_file()
+
+
 def _import(spec: str) -> ModuleType:
     """A module by dotted name, or a ``.py`` file by path."""
     path = Path(spec)
     try:
-        if spec.endswith(".py") or path.is_file() or "/" in spec:
+        if _is_path(spec):
             if not path.is_file():
                 raise SubsError(f"plugin {spec}: no such file")
             name = f"subs_plugin_{path.stem}"
@@ -74,9 +79,14 @@ def _import(spec: str) -> ModuleType:
 
 
 def plugin_specs(given: Iterable[str] = ()) -> tuple[str, ...]:
-    """--plugin values, then SUBS_PLUGINS (separated like PATH)."""
+    """--plugin values, then SUBS_PLUGINS (separated like PATH), each file
+    once however it is written (``p.py``, ``./p.py``): loaded twice, its
+    tags were refused as registered by two plugins."""
     from_env = [spec for spec in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if spec]
-    return tuple(dict.fromkeys([*given, *from_env]))
+    unique: dict[str, str] = {}
+    for spec in [*given, *from_env]:
+        unique.setdefault(str(Path(spec).resolve()) if _is_path(spec) else spec, spec)
+    return tuple(unique.values())
 
 
 def plugin_manager(extra: Iterable[str] = ()) -> pluggy.PluginManager:

@@ -100,6 +100,18 @@ def test_a_handlers_table_no_loaded_handler_reads_is_named(tmp_path, monkeypatch
     assert result.stdout.splitlines()[1].split()[0] == "mine"
 
 
+def test_one_plugin_file_named_twice_is_loaded_once(tmp_path, monkeypatch):
+    """--plugin p.py with SUBS_PLUGINS=/abs/p.py (or ./p.py) is one plugin,
+    not two registering the same tags."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "once.py").write_text(PLUGIN.format(tag="once"))
+    (tmp_path / "link.py").symlink_to(tmp_path / "once.py")
+    given = ["--plugin", "once.py", "--plugin", "./once.py", "--plugin", "link.py"]
+    result = CliRunner().invoke(cli, ["handlers", "--json", *given], env={"SUBS_PLUGINS": str(tmp_path / "once.py")})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == [{"tag": "once", "plugin": "once.py", "transactional": False, "batch": False}]
+
+
 def test_duplicate_tags_name_both_plugins(tmp_path):
     for name in ("one", "two"):
         (tmp_path / f"{name}.py").write_text(PLUGIN.format(tag="same"))
