@@ -225,7 +225,13 @@ def test_repeated_columns_are_watched_once(subs, settings):
 def test_changing_options_updates_the_subscription(subs, settings):
     execute(settings, LANGUAGES)
     subs.ok("add", "languages", "I", "modern", "--when", "NEW.year_released >= 1990")
-    assert "updated: LANGUAGES I modern" in subs.ok("add", "languages", "I", "modern")
+    assert subs.ok("add", "languages", "I", "modern").startswith(
+        "updated: LANGUAGES I modern (subscription 1): --when NEW.year_released >= 1990 -> none\n"
+    )
+    subs.ok("add", "languages", "U", "modern", "--columns", "name")
+    assert subs.ok("add", "languages", "U", "modern", "--columns", "year_released,name").startswith(
+        "updated: LANGUAGES U modern (subscription 2): --columns NAME -> YEAR_RELEASED,NAME\n"
+    )
     execute(settings, "INSERT INTO LANGUAGES (NAME, YEAR_RELEASED) VALUES ('Lisp', 1958)")
     assert len(events(settings)) == 1
 
@@ -244,7 +250,9 @@ def test_remove_keeps_pending_events_unless_purged(subs, settings):
         ("U", True, 0),
     ]
     # Adding it again reactivates the same subscription.
-    assert "updated: LANGUAGES I send_email" in subs.ok("add", "languages", "I", "send_email")
+    assert subs.ok("add", "languages", "I", "send_email").startswith(
+        "updated: LANGUAGES I send_email (subscription 1): it had been removed; it is active again\n"
+    )
     output = subs.ok("remove", "languages", "IU", "send_email", "--purge")
     assert "2 event(s) purged" in output
     assert events(settings) == []

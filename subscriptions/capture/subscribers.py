@@ -49,6 +49,7 @@ class Change:
     outcome: str  # added | updated | unchanged | repaired | removed | deactivated | paused | resumed
     subscription: Subscription
     events: int = 0
+    before: Subscription | None = None  # updated: what it was
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def add(
                 cursor.execute(statements["update"], (encoded, condition, current.sub_id))
                 sub_id = current.sub_id
                 outcome = "updated"
-            changes.append(Change(outcome, Subscription(sub_id, table.name, action, tag, wanted, condition)))
+            after = Subscription(sub_id, table.name, action, tag, wanted, condition)
+            changes.append(Change(outcome, after, before=current))
         if all(change.outcome == "unchanged" for change in changes):
             state = capture_state(cursor, table.name)
             if state == OK or state in KEYLESS_STATES:

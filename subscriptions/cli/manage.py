@@ -7,6 +7,7 @@ import json
 import click
 
 from subscriptions.capture import subscribers
+from subscriptions.capture.triggers import Subscription
 from subscriptions.db.errors import MissingDatabase
 from subscriptions.errors import SubsError
 from subscriptions.ops import demo, grants
@@ -57,7 +58,20 @@ def _describe(change: subscribers.Change) -> str:
         )
     elif change.outcome == "removed" and change.events:
         text += f"; {change.events} event(s) purged"
+    elif change.outcome == "updated" and change.before is not None:
+        text += f": {_differences(change.before, s)}"
     return text
+
+
+def _differences(before: Subscription, after: Subscription) -> str:
+    """What an add changed, so that an option it left out and so dropped
+    (a --when, say) is seen to go."""
+    said = [] if before.active else ["it had been removed; it is active again"]
+    if before.columns != after.columns:
+        said.append(f"--columns {','.join(before.columns) or 'none'} -> {','.join(after.columns) or 'none'}")
+    if before.when != after.when:
+        said.append(f"--when {before.when or 'none'} -> {after.when or 'none'}")
+    return "; ".join(said)
 
 
 @cli.command()
