@@ -31,8 +31,9 @@ BEGIN
 END
 
 -- name: tags
--- The tags whose listeners a retry wakes.
-SELECT DISTINCT TRIM(TAG) FROM EVENT_SUBSCRIBER WHERE ACTIVE;
+-- Every subscription's tag, and whether it is active: a retry wakes the
+-- listeners of the active ones.
+SELECT DISTINCT TRIM(TAG), ACTIVE FROM EVENT_SUBSCRIBER;
 
 -- name: purge_dead
 -- Dead events that died ? milliseconds ago or earlier, subscription by

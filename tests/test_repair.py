@@ -35,7 +35,11 @@ def test_retry_by_tag_and_all_and_purge_by_age(items):
     assert query(items, DEAD, ("mail",)) == []
     assert len(query(items, DEAD, ("rec",))) == 6
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE ATTEMPTS = 0 AND LAST_ERROR IS NULL") == [(6,)]
-    assert "re-queued 0 dead event(s)" in subs.ok("retry", "--tag", "nobody")
+    misspelt = subs("retry", "--tag", "nobody")
+    assert (misspelt.exit_code, misspelt.stderr) == (
+        1,
+        "Error: no subscription has tag 'nobody'; `subs list` shows the subscriptions\n",
+    )
     assert "re-queued 6 dead event(s)" in subs.ok("retry", "--all")
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD OR DEAD_AT IS NOT NULL") == [(0,)]
 

@@ -18,8 +18,11 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
     """Re-queue dead events (attempts start again from 1) and wake their
     listeners; unknown ids are an error and nothing is changed."""
     statements = sql.load("repair")
-    if sum((bool(ids), tag is not None, everything)) != 1:
+    chosen = sum((bool(ids), tag is not None, everything))
+    if chosen == 0:
         raise SubsError("say which dead events to retry: event ids, --tag TAG, or --all")
+    if chosen > 1:
+        raise SubsError("give one of event ids, --tag TAG or --all, not several")
 
     def work(cursor: Cursor) -> int:
         if ids:
@@ -36,11 +39,13 @@ def retry(db: Database, *, ids: Sequence[int] = (), tag: str | None = None, ever
         else:
             cursor.execute(statements["retry_dead"], (None if tag is None else check_tag(tag),))
             (count,) = cursor.fetchone()
-        if count:
-            cursor.execute(statements["tags"])
-            for (subscribed,) in cursor.fetchall():
-                if tag is None or subscribed == tag:
-                    wake(cursor, subscribed, requeued=True)
+        cursor.execute(statements["tags"])
+        tags = cursor.fetchall()
+        if tag is not None and tag not in {subscribed for subscribed, _ in tags}:  # a misspelt one, say
+            raise SubsError(f"no subscription has tag {tag!r}; `subs list` shows the subscriptions")
+        for subscribed, active in tags if count else []:
+            if active and tag in (None, subscribed):
+                wake(cursor, subscribed, requeued=True)
         return count
 
     return db.run(work)
