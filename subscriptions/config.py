@@ -51,6 +51,10 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
             data = tomllib.loads(file.read_text("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise SubsError(f"config file {file} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise SubsError(f"config file {file} cannot be read: {exc.strerror}; check its permissions") from None
+    elif file.exists():
+        raise SubsError(f"config file {file} is not a file; check --config/{CONFIG_ENV}")
     elif explicit:
         raise SubsError(f"config file {file} does not exist; check --config/{CONFIG_ENV}")
     unknown = set(data) - {"database", "handlers"}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from subscriptions.config import load_config
+from subscriptions.errors import SubsError
 from subscriptions.ops import detach as daemon
 
 from conftest import Subs, execute, free_port, query, scrape_metrics, wait_until
@@ -256,6 +257,23 @@ def test_a_config_file_others_can_read_is_named_when_it_holds_secrets(tmp_path: 
     )
     config.write_text('[database]\nuser = "app"\n[handlers.webhook]\nurl = "https://hooks.example.com/in"\n')
     assert load_config(str(config), environ={}).note is None
+
+
+def test_a_config_file_that_cannot_be_read_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:
+    """Not a traceback: the tests run as root, who reads any file, so the
+    refusal of another user's file is given by a stand-in."""
+    (tmp_path / "folder.toml").mkdir()
+    with pytest.raises(SubsError, match=r"config file .*folder.toml is not a file; check --config/SUBS_CONFIG$"):
+        load_config(str(tmp_path / "folder.toml"))
+    private = tmp_path / "private.toml"
+    private.write_text("[handlers.log]\n")
+
+    def refused(self: Path, encoding: str | None = None) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", refused)
+    with pytest.raises(SubsError, match=r"private.toml cannot be read: Permission denied; check its permissions$"):
+        load_config(str(private))
 
 
 @pytest.mark.parametrize("engine", ["fb3"], indirect=True)
