@@ -39,8 +39,22 @@ def open_append(path: str) -> int:
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as exc:
-        reason = exc.strerror or exc
-        raise SubsError(f"cannot open logfile {path}: {reason}; choose another --logfile") from None
+        raise _cannot_open(path, exc) from None
+
+
+def append_text(path: str, encoding: str | None = "utf-8") -> io.TextIOWrapper:
+    """``open_append`` as a text file (a file that cannot be appended to as
+    one, such as one of /proc, is refused like one that cannot be opened)."""
+    descriptor = open_append(path)
+    try:
+        return os.fdopen(descriptor, "a", encoding=encoding)
+    except OSError as exc:
+        os.close(descriptor)
+        raise _cannot_open(path, exc) from None
+
+
+def _cannot_open(path: str, exc: OSError) -> SubsError:
+    return SubsError(f"cannot open logfile {path}: {exc.strerror or exc}; choose another --logfile")
 
 
 class JsonFormatter(logging.Formatter):
@@ -68,7 +82,7 @@ class _PrivateFileHandler(logging.handlers.WatchedFileHandler):
     (rename, then a new file) needs no signal and no copytruncate."""
 
     def _open(self) -> io.TextIOWrapper:
-        return os.fdopen(open_append(self.baseFilename), "a", encoding=self.encoding)
+        return append_text(self.baseFilename, self.encoding)
 
 
 def configure(*, level: str = "INFO", fmt: str = "text", logfile: str | None = None) -> None:
@@ -107,7 +121,7 @@ def _report_crashes(logfile: str | None) -> None:
     crash after another process of the database was SIGKILLed
     (tests/SOAK-NOTES.md, finding 8); the log line about the dead worker only
     names the signal, and the stack is what a bug report needs."""
-    report: TextIO = os.fdopen(open_append(logfile), "a", encoding="utf-8") if logfile else sys.stderr
+    report: TextIO = append_text(logfile) if logfile else sys.stderr
     try:
         faulthandler.enable(file=report, all_threads=True)
     except (AttributeError, OSError, ValueError):  # captured output (click's runner) has no descriptor

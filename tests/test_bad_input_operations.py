@@ -46,6 +46,8 @@ CASES = {
     "unknown mode": (["listen", "--mode", "sideways"], "Invalid value for '--mode'", USAGE),
     "key order in ordered mode": (["listen", "--key-order"], "--key-order needs --mode parallel", USAGE),
     "detach without pidfile": (["listen", "--detach"], "--detach needs --pidfile and --logfile", USAGE),
+    "logfile in no folder": (["listen", "--logfile", "/no/such/folder/subs.log"], "cannot open logfile /no/such", 1),
+    "logfile not to append to": (["listen", "--logfile", "/proc/version"], "cannot open logfile /proc/version", 1),
     "drain patience without drain": (
         ["listen", "--drain-patience", "5"],
         "--drain-patience applies to --drain only",
