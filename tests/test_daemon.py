@@ -153,9 +153,11 @@ def test_stop_without_pidfile(tmp_path: Path) -> None:
         daemon.stop(str(path))
 
 
-def test_stop_with_garbage_pidfile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("garbage", ["not a pid\n", "1\n", "-5\n", "4194305\n", "99999999999999999999\n"])
+def test_stop_with_garbage_pidfile(tmp_path: Path, garbage: str) -> None:
+    """Past the kernel's largest pid, too (os.kill raised OverflowError)."""
     path = tmp_path / "subs.pid"
-    path.write_text("not a pid\n")
+    path.write_text(garbage)
     with pytest.raises(SubsError, match="does not hold a pid .*remove it if subs is not running"):
         daemon.stop(str(path))
     assert path.exists()

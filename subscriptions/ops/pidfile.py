@@ -17,6 +17,9 @@ import tempfile
 
 from subscriptions.errors import SubsError
 
+# The kernel's bound on pids (kernel.pid_max cannot be set higher).
+PID_MAX_LIMIT = 4_194_304
+
 
 def cmdline(pid: int) -> list[str] | None:
     """The argv of ``pid``, or None when it is gone or hidden from us."""
@@ -69,7 +72,7 @@ class PidFile:
         except OSError as exc:
             reason = exc.strerror or exc
             raise SubsError(f"cannot read pidfile {self.path}: {reason}; check its permissions") from None
-        if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) <= 1:
+        if not re.fullmatch(r"[0-9]{1,7}", text.strip()) or not 1 < int(text) <= PID_MAX_LIMIT:
             raise SubsError(
                 f"pidfile {self.path} does not hold a pid ({text.strip()[:20]!r}); remove it if subs is not running"
             )
