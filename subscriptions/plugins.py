@@ -51,7 +51,12 @@ class Handler:
 
 def _is_path(spec: str) -> bool:
     """Whether a plugin spec names a file (else a module)."""
-    return spec.endswith(".py") or "/" in spec or Path(spec).is_file()
+    if spec.endswith(".py") or "/" in spec:
+        return True
+    try:
+        return Path(spec).is_file()
+    except OSError:  # a name too long for a file, say
+        return False
 
 
 def _import(spec: str) -> ModuleType:

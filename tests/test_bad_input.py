@@ -35,6 +35,10 @@ TABLES = (
 REFUSED = {
     "unknown table": (["add", "nope", "I", "t"], "table 'nope' does not exist"),
     "table carrying SQL": (["add", 'languages"; DROP TABLE LANGUAGES; --', "I", "t"], "does not exist"),
+    "table name longer than any": (["add", "t" * 5000, "I", "t"], "does not exist"),
+    "quoted table name longer than any": (["add", '"' + "t" * 64 + '"', "I", "t"], "does not exist"),
+    "pause of a table name longer than any": (["pause", "t" * 5000, "I", "t"], "is not subscribed"),
+    "column name longer than any": (["add", "languages", "U", "t", "--columns", "c" * 5000], "has no column"),
     "table without primary key": (["add", "no_key", "I", "t"], "has no primary key"),
     "view": (["add", "language_names", "I", "t"], "is a view"),
     "temporary table": (["add", "scratch", "I", "t"], "is a temporary table"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from subscriptions.db.settings import MAX_NAME_CHARS
 from subscriptions.errors import SubsError
 
 ACTIONS = "IUD"
@@ -37,10 +38,16 @@ def lookup_names(typed: str) -> list[str]:
     if len(text) >= 2 and text.startswith('"') and text.endswith('"'):
         inner = text[1:-1]
         if '"' not in inner.replace('""', ""):
-            return [inner.replace('""', '"')]
+            return _nameable([inner.replace('""', '"')])
     if _UNQUOTED.fullmatch(text):
-        return [text.upper()] if text == text.upper() else [text.upper(), text]
-    return [text]
+        return _nameable([text.upper()] if text == text.upper() else [text.upper(), text])
+    return _nameable([text])
+
+
+def _nameable(candidates: list[str]) -> list[str]:
+    """Those a catalogue name can be: a longer one names nothing (and bound
+    to a query of the catalogue failed it with a string truncation)."""
+    return [candidate for candidate in candidates if len(candidate) <= MAX_NAME_CHARS]
 
 
 def split_names(text: str) -> list[str]:
