@@ -13,6 +13,7 @@ May import: every other room.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,14 @@ class SubsGroup(click.Group):
         (click prints the usage block and a hint on lines of their own)."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        for arg in sys.argv[1:] if args is None else args:
+            if not _is_text(arg):
+                click.echo(
+                    f"Error: argument {arg!r} holds bytes that are not UTF-8 text (a terminal set to another "
+                    "encoding?); type it in UTF-8",
+                    err=True,
+                )
+                sys.exit(2)
         try:
             # Without standalone mode click returns ctx.exit()'s code instead of exiting.
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -71,6 +80,29 @@ class SubsGroup(click.Group):
             raise click.ClickException(str(exc)) from None
         except DatabaseError as exc:
             raise click.ClickException(f"database error: {first_line(exc)}") from None
+
+
+def _is_text(arg: str) -> bool:
+    """Whether an argument decoded from UTF-8 (bytes that are not became
+    surrogates, which no name, condition or path sent to Firebird can hold)."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class Seconds(click.FloatRange):
+    """Seconds within a range. NaN compares false with both bounds, so a
+    plain FloatRange let `--poll nan` through (and the listener hung)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
 
 
 @dataclass(frozen=True)

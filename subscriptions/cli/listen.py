@@ -35,7 +35,7 @@ from subscriptions.plugins import (
     unused_tables,
 )
 
-from . import app, cli
+from . import Seconds, app, cli
 
 # Upper bounds on the listener's sizes (on its times: MAX_SECONDS): a batch
 # past an INTEGER crash-looped the claimer, and each worker is a process.
@@ -43,8 +43,8 @@ MAX_BATCH = 10_000
 MAX_WORKERS = 256
 MAX_ATTEMPTS = 1_000_000
 MIN_HANDLER_MEMORY = 64  # MiB: a handler process takes about 27 before its first job
-_SECONDS = click.FloatRange(min=0, max=MAX_SECONDS)
-_POSITIVE = click.FloatRange(min=0, min_open=True, max=MAX_SECONDS)
+_SECONDS = Seconds(min=0, max=MAX_SECONDS)
+_POSITIVE = Seconds(min=0, min_open=True, max=MAX_SECONDS)
 AUTO = "auto"
 
 

@@ -12,7 +12,7 @@ from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import app, cli, open_database
+from . import Seconds, app, cli, open_database
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
@@ -86,9 +86,7 @@ def _check(ctx: click.Context, max_lag: float | None) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option(
-    "--watch", type=click.FloatRange(0.5, MAX_SECONDS), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C."
-)
+@click.option("--watch", type=Seconds(0.5, MAX_SECONDS), metavar="SECONDS", help="Refresh every SECONDS until Ctrl-C.")
 @click.option(
     "--check",
     is_flag=True,
@@ -96,7 +94,7 @@ def _check(ctx: click.Context, max_lag: float | None) -> None:
 )
 @click.option(
     "--max-lag",
-    type=click.FloatRange(1, MAX_SECONDS),
+    type=Seconds(1, MAX_SECONDS),
     metavar="SECONDS",
     help="With --check: also name each unpaused subscription whose oldest live event is older than SECONDS.",
 )
