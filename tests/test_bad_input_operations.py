@@ -147,6 +147,18 @@ def test_refused_and_nothing_changes(prepared, tmp_path, case):
     assert state(prepared) == before
 
 
+@pytest.mark.parametrize("variable", ["SUBS_DATABASE", "ISC_USER", "ISC_PASSWORD", "SUBS_WEB_TOKEN", "SUBS__LOG__PATH"])
+def test_an_environment_variable_that_is_not_utf8_is_named_not_shown(prepared, variable):
+    """Its value never shows (ISC_PASSWORD is a password): only its name."""
+    before = state(prepared)
+    result = Subs(prepared)("list", env={variable: "s3cr\udce9t"})
+    line = assert_one_line_error(
+        result, f"environment variable {variable} holds bytes that are not UTF-8 text; set it in UTF-8", exit_code=2
+    )
+    assert "s3cr" not in line
+    assert state(prepared) == before
+
+
 def test_init_on_a_read_only_file(tmp_path):
     writable, mounted = tmp_path / "rw", tmp_path / "ro"
     writable.mkdir()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,14 +51,10 @@ class SubsGroup(click.Group):
         (click prints the usage block and a hint on lines of their own)."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        for arg in sys.argv[1:] if args is None else args:
-            if not _is_text(arg):
-                click.echo(
-                    f"Error: argument {arg!r} holds bytes that are not UTF-8 text (a terminal set to another "
-                    "encoding?); type it in UTF-8",
-                    err=True,
-                )
-                sys.exit(2)
+        not_text = _not_text(sys.argv[1:] if args is None else args)
+        if not_text:
+            click.echo(f"Error: {not_text}", err=True)
+            sys.exit(2)
         try:
             # Without standalone mode click returns ctx.exit()'s code instead of exiting.
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -82,11 +79,25 @@ class SubsGroup(click.Group):
             raise click.ClickException(f"database error: {first_line(exc)}") from None
 
 
-def _is_text(arg: str) -> bool:
-    """Whether an argument decoded from UTF-8 (bytes that are not became
-    surrogates, which no name, condition or path sent to Firebird can hold)."""
+def _not_text(args: Sequence[str]) -> str | None:
+    """What holds bytes that are not UTF-8 text, among the arguments and the
+    environment variables subs reads: Python keeps such bytes as surrogates,
+    which no name, condition, path or password sent to Firebird can hold."""
+    for arg in args:
+        if not _is_text(arg):
+            return (
+                f"argument {arg!r} holds bytes that are not UTF-8 text (a terminal set to another encoding?); "
+                "type it in UTF-8"
+            )
+    for name, value in os.environ.items():
+        if name.startswith(("SUBS_", "ISC_")) and not _is_text(value):  # not shown: it may be a password
+            return f"environment variable {name} holds bytes that are not UTF-8 text; set it in UTF-8"
+    return None
+
+
+def _is_text(text: str) -> bool:
     try:
-        arg.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
