@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from subscriptions import hookimpl
-from subscriptions.config import check_setting_names, positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using, url_setting
 from subscriptions.errors import SubsError, Undeliverable
 from subscriptions.events import Event
 
@@ -111,8 +111,7 @@ def _settings(tag: str, table: Mapping[str, Any]) -> Settings:
             f"or the environment variable SUBS__{tag.upper()}__URL"
         )
     for server in servers:
-        if not re.match(r"^(nats|tls)://", server):
-            raise SubsError(f"[handlers.{tag}] url must start with nats:// or tls://")
+        url_setting(tag, server, ("nats", "tls"))
     login = {key: str(table[key]) for key in _LOGIN_KEYS if table.get(key)}
     if "password" in login and "user" not in login:
         raise SubsError(f"[handlers.{tag}] has a password but no user")

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subscriptions import __version__, hookimpl
-from subscriptions.config import check_setting_names, positive_setting, tables_using
+from subscriptions.config import check_setting_names, positive_setting, tables_using, url_setting
 from subscriptions.errors import RetryLater, SubsError, Undeliverable
 from subscriptions.events import Event
 
@@ -149,9 +149,7 @@ def _target(tag: str, settings: Mapping[str, Any]) -> Target:
             f'handler {tag!r} has no url: set [handlers.{tag}] url = "https://..." in subs.toml '
             f"or the environment variable SUBS__{tag.upper()}__URL"
         )
-    scheme = urllib.parse.urlsplit(str(url)).scheme
-    if scheme not in ("http", "https"):
-        raise SubsError(f"[handlers.{tag}] url must start with http:// or https://")
+    scheme = url_setting(tag, str(url), ("http", "https")).scheme
     timeout = positive_setting(tag, settings, "timeout", DEFAULT_TIMEOUT)
     headers = _headers(tag, settings.get("headers", {}))
     secret = settings.get("secret")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,3 +149,21 @@ def positive_setting(
             f"[handlers.{tag}] {key} must be a positive number up to {maximum:g}, not {settings.get(key)!r}"
         )
     return value
+
+
+def url_setting(tag: str, url: str, schemes: tuple[str, ...]) -> urllib.parse.SplitResult:
+    """A handler's ``url``: one of ``schemes``, a host, and a port a socket
+    can take, refused at start-up rather than failing every event. The URL
+    is never quoted back: it may carry a password."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in schemes:
+        raise SubsError(f"[handlers.{tag}] url must start with {' or '.join(scheme + '://' for scheme in schemes)}")
+    if not parts.hostname:
+        raise SubsError(f"[handlers.{tag}] url names no host; write {schemes[0]}://HOST...")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise SubsError(f"[handlers.{tag}] url has a port that is not a number from 1 to 65535")
+    return parts

@@ -241,6 +241,12 @@ def test_a_builtins_tag_can_go_to_another_handler(tmp_path: Path) -> None:
         ({"exec": {"command": ["true", {"a": 1}]}}, "[handlers.exec] command word 2 must be text, not dict"),
         ({"exec": {"command": ["true", "a\0b"]}}, "[handlers.exec] command word 2 holds a NUL byte"),
         ({"nats": {"url": "nats://x:4222", "stream": "S"}}, "[handlers.nats] has no setting stream"),
+        ({"webhook": {"url": "http://"}}, "[handlers.webhook] url names no host; write http://HOST..."),
+        ({"webhook": {"url": "https://u:pw@:8443/in"}}, "[handlers.webhook] url names no host"),
+        ({"webhook": {"url": "http://hooks:99999/"}}, "[handlers.webhook] url has a port that is not a number"),
+        ({"webhook": {"url": "http://hooks:0/"}}, "[handlers.webhook] url has a port that is not a number"),
+        ({"nats": {"url": ["nats://a:4222", "nats://b:http"]}}, "[handlers.nats] url has a port that is not"),
+        ({"nats": {"url": "tls://:4222"}}, "[handlers.nats] url names no host; write nats://HOST..."),
     ],
 )
 def test_builtin_settings_are_checked_at_start_up(config: dict[str, Any], fragment: str) -> None:
