@@ -207,8 +207,11 @@ def _server(tag: str, settings: Mapping[str, Any]) -> Server:
             f"[handlers.{tag}] {given} is set but {missing} is not: the server needs both to log in, "
             f"and without a login neither (SUBS__{tag.upper()}__PASSWORD keeps the password out of subs.toml)"
         )
+    host = str(settings.get("host", "localhost")).strip()
+    if not host:  # smtplib would never connect, and every mail fail
+        raise SubsError(f'[handlers.{tag}] host is empty; name the mail server, or leave host out for "localhost"')
     return Server(
-        host=str(settings.get("host", "localhost")),
+        host=host,
         port=positive_setting(tag, settings, "port", 465 if implicit else 25, int, maximum=65535),
         timeout=positive_setting(tag, settings, "timeout", 10),
         mode=mode,

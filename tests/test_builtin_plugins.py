@@ -241,6 +241,7 @@ def test_a_builtins_tag_can_go_to_another_handler(tmp_path: Path) -> None:
         ({"exec": {"command": ["true", {"a": 1}]}}, "[handlers.exec] command word 2 must be text, not dict"),
         ({"exec": {"command": ["true", "a\0b"]}}, "[handlers.exec] command word 2 holds a NUL byte"),
         ({"nats": {"url": "nats://x:4222", "stream": "S"}}, "[handlers.nats] has no setting stream"),
+        ({"send_email": {"from": "s@x", "to": "a@x", "host": " "}}, "[handlers.send_email] host is empty"),
         ({"webhook": {"url": "http://"}}, "[handlers.webhook] url names no host; write http://HOST..."),
         ({"webhook": {"url": "https://u:pw@:8443/in"}}, "[handlers.webhook] url names no host"),
         ({"webhook": {"url": "http://hooks:99999/"}}, "[handlers.webhook] url has a port that is not a number"),
