@@ -1,7 +1,7 @@
-"""Ctrl-C and Ctrl-Z on `subs listen` run in a terminal, where they signal
-every process of the listener at once. Ctrl-Z: a stopped process of an
-embedded database holds up every other process of it, the application's
-included (docs/OPERATIONS.md, "The embedded engine")."""
+"""Ctrl-C, Ctrl-Z and closing the terminal of `subs listen` run in a
+terminal, where they signal every process of the listener at once. Ctrl-Z:
+a stopped process of an embedded database holds up every other process of
+it, the application's included (docs/OPERATIONS.md, "The embedded engine")."""
 
 from __future__ import annotations
 
@@ -80,3 +80,36 @@ def test_signals_in_quick_succession_stop_a_listener_gracefully(items, tmp_path,
         output = listener.output()
         for sign_of_trouble in ("grace period over", "Traceback", "Exception ignored"):
             assert sign_of_trouble not in output, f"try {attempt + 1}: {output[-3000:]}"
+
+
+def test_closing_its_terminal_stops_a_listener_gracefully_unless_it_runs_under_nohup(items, tmp_path, listeners):
+    """The terminal's hangup reaches every process of the job. A handler
+    running then finishes and the listener exits 0, as on Ctrl-C; before,
+    each process died at once and the event waited out its lease. Started
+    with SIGHUP ignored (nohup), the listener goes on."""
+    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
+    listeners.append(listener)
+    insert(items, 1, 1, "sleep2")
+    listener.wait_for(lambda lines: [line["id"] for line in lines] == [1])  # its handler has started
+    os.killpg(listener.process.pid, signal.SIGHUP)
+    assert listener.finish(60) == 0, listener.output()
+    assert handled(listener.lines()) == [1]
+    output = listener.output()
+    assert "stopped: 1 handled, 0 failed attempt(s), 0 died since the start" in output, output
+    for sign_of_trouble in ("grace period over", "Traceback", "Exception ignored"):
+        assert sign_of_trouble not in output, output
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts it
+    try:
+        under_nohup = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    listeners.append(under_nohup)
+    insert(items, 2, 1)
+    under_nohup.wait_for(lambda lines: handled(lines) == [1, 2])
+    os.killpg(under_nohup.process.pid, signal.SIGHUP)
+    insert(items, 3, 1)
+    under_nohup.wait_for(lambda lines: handled(lines) == [1, 2, 3])
+    assert under_nohup.process.poll() is None and "stopping" not in under_nohup.output()
+    os.killpg(under_nohup.process.pid, signal.SIGINT)
+    assert under_nohup.finish(60) == 0, under_nohup.output()

@@ -162,10 +162,11 @@ def test_a_port_in_use_is_a_one_line_error(web: Console, items) -> None:
     assert_one_line_error(result, f"cannot listen on 127.0.0.1:{web.port}", "--port")
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_stops_the_console_as_a_normal_end(web: Console, stop: signal.Signals) -> None:
     """Before, uvicorn raised the signal again once it had shut down: Ctrl-C
-    printed "Aborted!" and exited 1, SIGTERM ended the process with 143."""
+    printed "Aborted!" and exited 1, SIGTERM ended the process with 143, and
+    SIGHUP (its terminal closed) killed it on the spot."""
     assert web.get_json("/api/subscriptions")
     web.process.send_signal(stop)
     assert web.process.wait(30) == 0

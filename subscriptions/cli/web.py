@@ -9,6 +9,7 @@ import socket
 import click
 
 from subscriptions import logs
+from subscriptions.delivery.lifeline import stop_signals
 from subscriptions.errors import SubsError
 
 from . import app, cli, open_database
@@ -94,7 +95,8 @@ def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: 
     # then raises the signal again for the handler it found, which is this
     # one (a stop, not an error: no "Aborted!", exit 0, as `subs listen`).
     # A signal before uvicorn takes over stops it as soon as it has started.
-    for stop in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP (its terminal closed), which uvicorn leaves alone, stops it too.
+    for stop in stop_signals():
         signal.signal(stop, lambda *_: setattr(server, "should_exit", True))
     server.run(sockets=[sock])
     click.echo("subs console stopped", err=True)

@@ -6,7 +6,7 @@ A job's events are handled one after the other and reported back in order,
 at most REPORT_EVERY seconds late and at the job's end, so the claimer sees
 each process's progress and can cut off one that runs over --timeout (by killing
 it: a thread cannot be stopped). Signals are the claimer's business: a
-handler process ignores SIGINT and SIGTERM, finishes its call when the
+handler process ignores SIGINT, SIGTERM and SIGHUP, finishes its call when the
 pool's ``stop`` flag is set, and exits when its pipe closes or its parent dies,
 or with EXIT_RECYCLED after a job in which it grew past --handler-memory-limit:
 the jobs it had not begun are then given back, not failed, and a fresh
@@ -248,7 +248,7 @@ def main(
     ``start_pause`` seconds after it starts (the pool's pause after
     processes that died before they were ready)."""
     lifeline.die_with(parent)
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     time.sleep(start_pause)
     _one_write_per_line()

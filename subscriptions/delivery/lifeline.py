@@ -8,6 +8,7 @@ its stop signals come."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -17,8 +18,18 @@ from collections.abc import Callable, Collection
 log = logging.getLogger("subs.worker")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 _halter: threading.Thread | None = None
+
+
+@functools.cache
+def stop_signals() -> frozenset[int]:
+    """What stops a subs process gracefully: SIGTERM, SIGINT, and SIGHUP (its
+    terminal was closed: running handlers finish, rather than die and wait
+    out their lease) unless the process started with SIGHUP ignored (nohup:
+    it was asked to outlive its terminal). Read once, before any of them is
+    taken over."""
+    hangup = signal.getsignal(signal.SIGHUP) != signal.SIG_IGN
+    return frozenset({signal.SIGTERM, signal.SIGINT, *([signal.SIGHUP] if hangup else [])})
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -67,7 +78,7 @@ def reap_orphans(waited_for: Collection[int]) -> list[tuple[int, int]]:
 
 
 def halt_on_stop_signals(halt: Callable[[], None]) -> None:
-    """Have the first SIGTERM or SIGINT call ``halt``, in a thread of its own;
+    """Have the first stop signal (``stop_signals``) call ``halt``, in a thread of its own;
     again after something else took the signals over (the embedded engine
     does, when it attaches). Main thread only.
 
@@ -86,12 +97,12 @@ def halt_on_stop_signals(halt: Callable[[], None]) -> None:
         signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         _halter = threading.Thread(target=_halt_at_stop_signal, args=(read_end, halt), name="signals", daemon=True)
         _halter.start()
-    for signum in STOP_SIGNALS:
+    for signum in stop_signals():
         signal.signal(signum, lambda *_: None)
 
 
 def _halt_at_stop_signal(numbers: int, halt: Callable[[], None]) -> None:
     while received := os.read(numbers, 64):
-        if STOP_SIGNALS & set(received):
+        if stop_signals() & set(received):
             halt()
             return

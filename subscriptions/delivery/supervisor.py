@@ -6,8 +6,9 @@ engine loaded hangs), which runs the ``--workers`` handler processes,
 restarts it when it dies (after a pause that grows while it keeps dying soon
 after its start without settling any event; with --drain, until that has
 gone on for --drain-patience, or the claimer gave up itself), forwards
-SIGTERM/SIGINT for a graceful stop bounded by ``--grace``, and kills it on a
-second signal. A claimer that found the schema changed by another release
+a stop signal (SIGTERM, SIGINT, SIGHUP: lifeline.stop_signals) for a
+graceful stop bounded by ``--grace``, and kills it on a second signal. A
+claimer that found the schema changed by another release
 (worker.EXIT_SCHEMA_CHANGED) ends the listener instead of being restarted.
 The claimer sends its handler outcomes to it for the metrics endpoint, and
 stamps a shared progress clock: one that stops stamping for longer than a
@@ -334,7 +335,7 @@ class Supervisor:
         """Supervise claimers until stopped. ``adopt_orphans``: reap what dead
         claimers leave behind, as a process of its own must (not one whose
         other children someone else waits for)."""
-        previous = {s: signal.signal(s, self._signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._signal) for s in lifeline.stop_signals()}
         threads = [threading.Thread(target=self._housekeep, name="housekeeping", daemon=True)]
         if with_queue_metrics:
             threads.append(threading.Thread(target=self._refresh_queue_metrics, name="queue-metrics", daemon=True))
