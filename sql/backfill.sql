@@ -20,6 +20,13 @@ UPDATE OR INSERT INTO EVENT_BACKFILL
 VALUES (?, ?, NULL, 0, 0, ?, LOCALTIMESTAMP, LOCALTIMESTAMP, NULL)
 MATCHING (SUB_ID);
 
+-- name: hold_run
+-- A chunk goes on only from where this run left the backfill (ROWS_DONE:
+-- ?), and holds its row until the chunk commits: a second run of the same
+-- backfill, started at the same time, finds it moved on and stops.
+UPDATE EVENT_BACKFILL SET UPDATED_AT = LOCALTIMESTAMP
+WHERE SUB_ID = ? AND ROWS_DONE = ? AND FINISHED_AT IS NULL;
+
 -- name: chunk_done
 UPDATE EVENT_BACKFILL
 SET LAST_KEY = ?, ROWS_DONE = ROWS_DONE + ?, EVENTS = EVENTS + ?, UPDATED_AT = LOCALTIMESTAMP

@@ -211,6 +211,43 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
     assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(2 * total,)]
 
 
+MOVED_ON = (
+    "Error: another run of this backfill of LINES (or its --restart) moved it on meanwhile; this run stops, and "
+    "that one goes on: `subs status` shows where the backfill stands"
+)
+GOING_ON = "Error: another run of this backfill of lines for rec is going on; let it end, or stop it, then run this"
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["resume", "restart"])
+def test_two_runs_at_once_log_each_row_once(lines, subs: Subs, restart: bool) -> None:
+    """A second run started while the first goes on (a cron overlap, a second
+    terminal) resumed the same backfill, and both logged every row from
+    there on: 595,000 events for 300,000 rows by hand. Now one of them stops
+    with one line and the other goes on to the end. A --restart is refused
+    while a chunk of the other runs; between two chunks it takes over (and
+    the rows done before are logged again, as a restart does)."""
+    total = 6 * ROWS
+    fill(lines, ROWS, total)
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+    env = {**os.environ, "ISC_USER": lines.effective_user, "ISC_PASSWORD": lines.password or ""}
+    command = [sys.executable, "-m", "subscriptions", "-d", lines.dsn, "backfill", "lines", "rec"]
+    # Small chunks: still running, some seconds later, when the second has started.
+    first = subprocess.Popen([*command, "--batch", "10"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: query(lines, "SELECT COALESCE(MAX(ROWS_DONE), 0) FROM EVENT_BACKFILL")[0][0] >= 100)
+    flags = ["--restart"] if restart else []
+    second = subprocess.run([*command, "--batch", "50", *flags], env=env, capture_output=True, text=True)
+    _, first_err = first.communicate(timeout=300)
+    outcomes = sorted([(first.returncode, first_err.decode()), (second.returncode, second.stderr)])
+    (won, _), (stopped, said) = outcomes
+    assert (won, stopped) == (0, 1), outcomes
+    took_over = restart and second.returncode == 0
+    refused_restart = restart and not took_over
+    assert said.splitlines()[-1].startswith(GOING_ON if refused_restart else MOVED_ON), said
+    keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
+    assert len(keys) == total and set(keys.values()) == ({1, 2} if took_over else {1})
+    assert query(lines, "SELECT ROWS_DONE, FINISHED_AT IS NOT NULL FROM EVENT_BACKFILL") == [(total, True)]
+
+
 def test_with_writers_the_last_event_of_each_row_is_its_current_state(lines, subs: Subs) -> None:
     subs.ok("add", "lines", "U", "rec")
     stop = threading.Event()

@@ -94,7 +94,7 @@ def backfill(
             statement, parameters = (
                 (first, [chunk]) if last_key is None else (following, [chunk, *_key(plan, last_key)])
             )
-            rows, events, key = _run_chunk(db, plan.sub_id, statement, parameters, chunk)
+            rows, events, key = _run_chunk(db, plan, state.rows_done, statement, parameters, chunk)
             last_key = key if key is not None else last_key
             state = Progress(
                 plan.table.name,
@@ -115,13 +115,22 @@ def backfill(
 
 
 def _run_chunk(
-    db: Database, sub_id: int, statement: Statement, parameters: list[Any], chunk: int
+    db: Database, plan: _Plan, rows_done: int, statement: Statement, parameters: list[Any], chunk: int
 ) -> tuple[int, int, bytes | None]:
     """One chunk and its bookkeeping in one transaction, tried again from
-    scratch when it meets a conflict."""
+    scratch when it meets a conflict; refused when another run of the same
+    backfill has moved it on since this run's last chunk (both would log
+    every row they share twice)."""
     statements = sql.load("backfill")
+    sub_id = plan.sub_id
 
     def once(cursor: Cursor) -> tuple[int, int, bytes | None]:
+        cursor.execute(statements["hold_run"], (sub_id, rows_done))
+        if not cursor.affected_rows:
+            raise SubsError(
+                f"another run of this backfill of {plan.table.name} (or its --restart) moved it on meanwhile; "
+                "this run stops, and that one goes on: `subs status` shows where the backfill stands"
+            )
         cursor.execute(statement, parameters)
         rows, events, key = cursor.fetchone()
         if rows:
@@ -179,7 +188,16 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
             )
         return _Plan(sub_id, table, first_text, next_text, last_key, rows_done, events, int(recorded_total), True)
 
-    return db.run(work)
+    try:
+        return db.run(work)
+    except DatabaseError as exc:
+        if not is_conflict(exc):
+            raise
+        # A running chunk holds where the backfill stands (--restart would reset it).
+        raise SubsError(
+            f"another run of this backfill of {table_typed} for {tag} is going on; let it end, or stop it, "
+            "then run this again"
+        ) from None
 
 
 def _insert_subscription(cursor: Cursor, table: str, tag: str) -> int:
