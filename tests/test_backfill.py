@@ -212,8 +212,8 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
 
 
 MOVED_ON = (
-    "Error: another run of this backfill of LINES (or its --restart) moved it on meanwhile; this run stops, and "
-    "that one goes on: `subs status` shows where the backfill stands"
+    "Error: this backfill of LINES changed under this run (another run or a --restart moved it on, or its "
+    "subscription was removed); this run stops: `subs status` shows where it stands"
 )
 GOING_ON = "Error: another run of this backfill of lines for rec is going on; let it end, or stop it, then run this"
 

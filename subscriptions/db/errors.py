@@ -60,8 +60,8 @@ class LockWaitOver(SubsError):
     def __init__(self, seconds: int) -> None:
         super().__init__(
             f"another transaction has held rows this needs for over {seconds} s and is not ending "
-            "(an isql session that did not commit?): end it (MON$TRANSACTIONS lists the open ones) "
-            "and run this again"
+            "(an isql session that did not commit, or a `subs backfill` going on?): end it "
+            "(MON$TRANSACTIONS lists the open ones) and run this again"
         )
 
 

@@ -128,8 +128,8 @@ def _run_chunk(
         cursor.execute(statements["hold_run"], (sub_id, rows_done))
         if not cursor.affected_rows:
             raise SubsError(
-                f"another run of this backfill of {plan.table.name} (or its --restart) moved it on meanwhile; "
-                "this run stops, and that one goes on: `subs status` shows where the backfill stands"
+                f"this backfill of {plan.table.name} changed under this run (another run or a --restart moved it "
+                "on, or its subscription was removed); this run stops: `subs status` shows where it stands"
             )
         cursor.execute(statement, parameters)
         rows, events, key = cursor.fetchone()
