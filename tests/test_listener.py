@@ -433,7 +433,8 @@ def test_a_drain_stopped_before_it_ends_says_so_and_exits_1(items, tmp_path, lis
     summary, error = listener.output().splitlines()[-2:]
     assert summary == "drained: 1 handled, 0 failed attempt(s), 0 died; left: 5 waiting, 0 failing, 0 dead"
     assert error == (
-        "Error: the drain was stopped (SIGTERM or SIGINT) before it ended; the events left wait for the next run"
+        "Error: the drain was stopped (SIGTERM, SIGINT or SIGHUP) before it ended; "
+        "the events left wait for the next run"
     )
 
 

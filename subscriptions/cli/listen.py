@@ -131,7 +131,7 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
     type=_SECONDS,
     default=30.0,
     show_default=True,
-    help="Seconds running handlers get to finish on SIGTERM/SIGINT.",
+    help="Seconds running handlers get to finish on SIGTERM, SIGINT or SIGHUP.",
 )
 @click.option(
     "--handler-memory-limit",
@@ -290,7 +290,7 @@ def _cut_short(supervisor: Supervisor) -> str | None:
     if supervisor.gave_up:
         return f"was given up: {supervisor.gave_up}"
     if supervisor.stopping:
-        return "was stopped (SIGTERM or SIGINT) before it ended"
+        return "was stopped (SIGTERM, SIGINT or SIGHUP) before it ended"
     return None
 
 

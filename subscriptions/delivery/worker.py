@@ -169,9 +169,9 @@ class Worker:
     # -- connection and wake-up -------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT mean "stop gracefully". Installed again after each
-        attach: the embedded engine sets its own handlers, which shut down
-        every attachment of the process at once."""
+        """A stop signal (SIGTERM, SIGINT, SIGHUP) means "stop gracefully".
+        Installed again after each attach: the embedded engine sets its own
+        handlers, which shut down every attachment of the process at once."""
         if threading.current_thread() is not threading.main_thread():
             return  # embedded in a host program (tests): its signals are its own
         lifeline.halt_on_stop_signals(self.halt)
