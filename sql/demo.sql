@@ -17,3 +17,10 @@ ORDER BY l.EVENT_ID;
 
 -- name: count_events
 SELECT COUNT(*) FROM EVENT_LOG;
+
+-- name: mark
+-- Says the demo made this database: only such a file is dropped by the next demo.
+COMMENT ON DATABASE IS 'made by subs demo';
+
+-- name: marked
+SELECT RDB$DESCRIPTION FROM RDB$DATABASE;

@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from subscriptions.cli import cli
+from subscriptions.db.connection import Database
+from subscriptions.db.settings import ConnectionSettings
 
 from conftest import Subs, assert_one_line_error, execute, query
 
@@ -195,3 +197,25 @@ def test_demo_shows_events_handled(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "send_email: would email about new language Lisp" in result.stdout
     assert "EVENT_LOG now holds 0 event(s)" in result.stdout
+    again = run_subs("demo", "--path", str(tmp_path / "demo.fdb"), cwd=tmp_path)
+    assert again.returncode == 0 and "EVENT_LOG now holds 0 event(s)" in again.stdout, again.stderr
+
+
+def test_demo_deletes_no_file_but_its_own(tmp_path):
+    """--path app.fdb deleted the application's database: only a database an
+    earlier demo made is made again."""
+    application = tmp_path / "app.fdb"
+    with Database(ConnectionSettings(str(application)), create=True) as db, db.transaction() as cursor:
+        cursor.execute("CREATE TABLE LANGUAGES (ID INTEGER)")
+    (tmp_path / "notes.txt").write_text("not a database")
+    for path in (application, tmp_path / "notes.txt", tmp_path):
+        inode = path.stat().st_ino
+        result = run_subs("demo", "--path", str(path), cwd=tmp_path)
+        assert (result.returncode, result.stdout) == (1, ""), result.stderr
+        assert result.stderr == (
+            f"Error: {path} exists and is not a database the demo made, which it would delete: choose another "
+            "--path (or delete the file yourself)\n"
+        )
+        assert path.stat().st_ino == inode
+    assert query(ConnectionSettings(str(application)), "SELECT COUNT(*) FROM LANGUAGES") == [(0,)]
+    assert (tmp_path / "notes.txt").read_text() == "not a database"

@@ -9,18 +9,23 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from firebird.driver import DatabaseError
+
 from subscriptions import hookimpl
 from subscriptions.capture import subscribers
 from subscriptions.capture.values import decode
 from subscriptions.db import sql
-from subscriptions.db.connection import Database, read_blob
+from subscriptions.db.connection import Database, read_blob, read_text
+from subscriptions.db.errors import first_line
 from subscriptions.db.settings import ConnectionSettings
+from subscriptions.errors import SubsError
 from subscriptions.events import Event
 from subscriptions.plugins import Register
 
 from .setup import init_database
 from .text_table import render
 
+DEMO_MARK = "made by subs demo"  # sql/demo.sql, "mark"
 LANGUAGES = [
     ("Lisp", 1958),
     ("Smalltalk", 1972),
@@ -30,13 +35,41 @@ LANGUAGES = [
 ]
 
 
+def _drop_earlier_demo(settings: ConnectionSettings) -> None:
+    """Drop the database an earlier demo made at this path, and refuse any
+    other file: ``--path app.fdb`` deleted the application's database."""
+    if not Path(settings.target).exists():
+        return
+    not_ours = SubsError(
+        f"{settings.dsn} exists and is not a database the demo made, which it would delete: "
+        "choose another --path (or delete the file yourself)"
+    )
+    try:
+        db = Database(settings)
+    except (DatabaseError, SubsError):
+        raise not_ours from None
+    try:
+        if read_text(db.fetch_value(sql.load("demo")["marked"])) != DEMO_MARK:
+            raise not_ours
+        db.connection.drop_database()
+    except DatabaseError as exc:
+        raise SubsError(
+            f"cannot make the demo database {settings.dsn} again: {first_line(exc)}; "
+            "stop what uses it (a listener?) and run the demo again"
+        ) from None
+    finally:
+        db.close()
+
+
 def run(path: str, rows: int, echo: Callable[[str], None]) -> None:
     """(Re)create ``path``, subscribe two tags to inserts and insert ``rows`` rows."""
     statements = sql.load("demo")
-    Path(path).unlink(missing_ok=True)
     settings = ConnectionSettings(path)
+    _drop_earlier_demo(settings)
     with Database(settings, create=True) as db:
         echo(f"created embedded database {settings.target}")
+        with db.transaction() as cursor:
+            cursor.execute(statements["mark"])
         init_database(db)
         with db.transaction() as cursor:
             cursor.execute(statements["create_languages"])
