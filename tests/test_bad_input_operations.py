@@ -89,6 +89,11 @@ CASES = {
     "retry not a number": (["retry", "one"], "'one' is not a valid integer", USAGE),
     "retry id beyond a BIGINT": (["retry", "9223372036854775808"], "not in the range 1<=x<=9223372036854775807", USAGE),
     "retry of nothing": (["retry"], "say which dead events to retry", 1),
+    "grant to a role that does not exist": (
+        ["grant", "--to-role", "nobody"],
+        "there is no role NOBODY in this database: create it first (CREATE ROLE), then grant it to the users",
+        1,
+    ),
     "retry of a tag no subscription has": (["retry", "--tag", "nobody"], "no subscription has tag 'nobody'", 1),
     "retry by ids and a tag": (["retry", "1", "--tag", "rec"], "give one of event ids, --tag TAG or --all, not", 1),
     "purge with a bad age": (["purge", "--older-than", "soon"], "soon", 1),

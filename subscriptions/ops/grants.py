@@ -8,6 +8,7 @@ from firebird.driver import Cursor
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.db.settings import stored_name
+from subscriptions.errors import SubsError
 
 # RDB$USER_PRIVILEGES.RDB$USER_TYPE of a grantee.
 _KIND_OF_TYPE = {8: "USER", 13: "ROLE"}
@@ -18,7 +19,18 @@ def grant_listener(db: Database, typed: str, *, to_role: bool = False) -> str:
     returns its name."""
     kind = "ROLE" if to_role else "USER"
     name = stored_name(typed, kind.lower())
-    db.run(lambda cursor: _grant(cursor, kind, name))
+
+    def grant(cursor: Cursor) -> None:
+        if to_role:
+            cursor.execute(sql.load("metadata")["role_exists"], (name,))
+            if not cursor.fetchone()[0]:
+                raise SubsError(
+                    f"there is no role {name} in this database: create it first (CREATE ROLE), then grant it to "
+                    "the users the listener connects as"
+                )
+        _grant(cursor, kind, name)
+
+    db.run(grant)
     return name
 
 
