@@ -83,6 +83,19 @@ def group(pgid: int) -> list[int]:
 
 
 @contextlib.contextmanager
+def hangup(disposition: signal.Handlers) -> Iterator[None]:
+    """Start processes meanwhile with SIGHUP at ``disposition`` (SIG_IGN as
+    nohup starts them, SIG_DFL as a terminal does), whatever this test
+    process was started with: under nohup, the test run's own SIG_IGN would
+    be inherited. Main thread only."""
+    previous = signal.signal(signal.SIGHUP, disposition)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+@contextlib.contextmanager
 def subreaper() -> Iterator[None]:
     """Make this process the reaper of the orphans its descendants leave
     meanwhile (Linux's child subreaper), instead of init."""

@@ -166,7 +166,10 @@ def test_a_role_the_user_does_not_have_is_a_one_line_error(items, make_user, tmp
     result = Subs(replace(items, dsn=new_dsn))("--role", "SUBS_LISTENERS", "init", "--create")
     assert_one_line_error(result, "a new database has no roles; create it without --role/SUBS_ROLE")
     assert not Path(new_dsn.removeprefix("inet://127.0.0.1:3050")).exists()
-    assert_one_line_error(Subs(items)("grant", "--to-role", "NO_SUCH_ROLE"), "SQL role NO_SUCH_ROLE does not exist")
+    assert_one_line_error(
+        Subs(items)("grant", "--to-role", "NO_SUCH_ROLE"),
+        "there is no role NO_SUCH_ROLE in this database: create it first (CREATE ROLE)",
+    )
 
 
 @pytest.mark.parametrize("typed", ["two words", "x;DROP TABLE EVENT_LOG", '"unclosed', ""])

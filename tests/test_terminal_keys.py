@@ -14,7 +14,7 @@ from subscriptions.db.terminal_stop import REFUSED
 
 from conftest import wait_until
 from listening import Listener, handled, insert, spawned_children
-from processes import group, state
+from processes import group, hangup, state
 
 
 def test_ctrl_z_stops_a_listener_only_where_that_holds_up_nobody(items, tmp_path, listeners):
@@ -87,7 +87,8 @@ def test_closing_its_terminal_stops_a_listener_gracefully_unless_it_runs_under_n
     running then finishes and the listener exits 0, as on Ctrl-C; before,
     each process died at once and the event waited out its lease. Started
     with SIGHUP ignored (nohup), the listener goes on."""
-    listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
+    with hangup(signal.SIG_DFL):  # as a terminal starts it
+        listener = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
     listeners.append(listener)
     insert(items, 1, 1, "sleep2")
     listener.wait_for(lambda lines: [line["id"] for line in lines] == [1])  # its handler has started
@@ -99,11 +100,8 @@ def test_closing_its_terminal_stops_a_listener_gracefully_unless_it_runs_under_n
     for sign_of_trouble in ("grace period over", "Traceback", "Exception ignored"):
         assert sign_of_trouble not in output, output
 
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts it
-    try:
+    with hangup(signal.SIG_IGN):  # as nohup starts it
         under_nohup = Listener(items, tmp_path, "--mode", "parallel", "--workers", "2", job=True)
-    finally:
-        signal.signal(signal.SIGHUP, previous)
     listeners.append(under_nohup)
     insert(items, 2, 1)
     under_nohup.wait_for(lambda lines: handled(lines) == [1, 2])

@@ -7,13 +7,14 @@ its stop signals come."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 
 log = logging.getLogger("subs.worker")
 PR_SET_PDEATHSIG = 1
@@ -75,6 +76,25 @@ def reap_orphans(waited_for: Collection[int]) -> list[tuple[int, int]]:
             return reaped
         pid, status = os.waitpid(ended.si_pid, 0)
         reaped.append((pid, os.waitstatus_to_exitcode(status)))
+
+
+@contextlib.contextmanager
+def hangup_ignored() -> Iterator[None]:
+    """Ignore SIGHUP meanwhile, so that the processes started inside ignore
+    it (exec keeps SIG_IGN): when the terminal closes, the supervisor alone
+    takes it and stops them. multiprocessing's resource tracker, which
+    ignores only SIGINT and SIGTERM, died of it and left warnings and
+    tracebacks behind. Main thread only; ``stop_signals`` is read first,
+    from this process's own disposition."""
+    stop_signals()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def halt_on_stop_signals(halt: Callable[[], None]) -> None:

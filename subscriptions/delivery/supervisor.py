@@ -29,6 +29,7 @@ housekeeping tries again after pauses that grow.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -36,6 +37,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from ctypes import c_double
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -85,8 +87,8 @@ class Supervisor:
         self.context = multiprocessing.get_context("spawn")
         # The queue's lock starts multiprocessing's resource tracker, a process
         # of our group that Ctrl-Z would otherwise stop for good (as _start).
-        with terminal_stop_ignored(self.options.settings):
-            self.reports = self.context.Queue()
+        with self._spawning():
+            self.reports = self.context.Queue()  # starts multiprocessing's resource tracker
         self.workers: list[BaseProcess | None] = []
         self.progress: dict[BaseProcess, c_double] = {}
         self.started: dict[BaseProcess, float] = {}
@@ -198,6 +200,14 @@ class Supervisor:
         except (DatabaseError, SubsError) as exc:
             log.warning("could not record the last statistics: %s", first_line(exc))
 
+    @contextlib.contextmanager
+    def _spawning(self) -> Iterator[None]:
+        """What the processes started meanwhile ignore from their start on:
+        the terminal's stop key on an embedded database (terminal_stop.py),
+        and its hangup, which only this supervisor takes."""
+        with terminal_stop_ignored(self.options.settings), lifeline.hangup_ignored():
+            yield
+
     def _start(self) -> BaseProcess:
         progress = self.context.Value("d", time.monotonic(), lock=False)
         process = self.context.Process(
@@ -208,7 +218,7 @@ class Supervisor:
         )
         # Ignored from its first instruction on, and by the handler
         # processes it starts in turn (db/terminal_stop.py).
-        with terminal_stop_ignored(self.options.settings):
+        with self._spawning():
             process.start()
         self.progress[process] = progress
         self.started[process] = time.monotonic()
