@@ -20,17 +20,14 @@ UPDATE OR INSERT INTO EVENT_BACKFILL
 VALUES (?, ?, NULL, 0, 0, ?, LOCALTIMESTAMP, LOCALTIMESTAMP, NULL)
 MATCHING (SUB_ID);
 
--- name: hold_run
--- A chunk goes on only from where this run left the backfill (ROWS_DONE:
--- ?), and holds its row until the chunk commits: a second run of the same
--- backfill, started at the same time, finds it moved on and stops.
-UPDATE EVENT_BACKFILL SET UPDATED_AT = LOCALTIMESTAMP
-WHERE SUB_ID = ? AND ROWS_DONE = ? AND FINISHED_AT IS NULL;
-
 -- name: chunk_done
+-- Only where this run left the backfill (ROWS_DONE: the last ?): a second
+-- run of the same backfill, or a --restart, that moved it on meanwhile
+-- makes this update find no row (after a conflict, when both ran at once),
+-- and the chunk is rolled back. A last chunk of no rows keeps LAST_KEY.
 UPDATE EVENT_BACKFILL
-SET LAST_KEY = ?, ROWS_DONE = ROWS_DONE + ?, EVENTS = EVENTS + ?, UPDATED_AT = LOCALTIMESTAMP
-WHERE SUB_ID = ?;
+SET LAST_KEY = COALESCE(?, LAST_KEY), ROWS_DONE = ROWS_DONE + ?, EVENTS = EVENTS + ?, UPDATED_AT = LOCALTIMESTAMP
+WHERE SUB_ID = ? AND ROWS_DONE = ? AND FINISHED_AT IS NULL;
 
 -- name: finish
 UPDATE EVENT_BACKFILL SET FINISHED_AT = LOCALTIMESTAMP, UPDATED_AT = LOCALTIMESTAMP WHERE SUB_ID = ?;

@@ -85,6 +85,10 @@ class _PrivateFileHandler(logging.handlers.WatchedFileHandler):
         return append_text(self.baseFilename, self.encoding)
 
 
+# The levels the commands' --log-level offers.
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def configure(*, level: str = "INFO", fmt: str = "text", logfile: str | None = None) -> None:
     """Send the root logger's records to ``logfile`` (appended) or stderr.
 

@@ -223,9 +223,9 @@ def test_two_runs_at_once_log_each_row_once(lines, subs: Subs, restart: bool) ->
     """A second run started while the first goes on (a cron overlap, a second
     terminal) resumed the same backfill, and both logged every row from
     there on: 595,000 events for 300,000 rows by hand. Now one of them stops
-    with one line and the other goes on to the end. A --restart is refused
-    while a chunk of the other runs; between two chunks it takes over (and
-    the rows done before are logged again, as a restart does)."""
+    with one line and the other goes on to the end. A --restart takes over
+    (the rows done before are logged again, as a restart does), or is
+    refused when it meets a chunk of the other as it commits."""
     total = 6 * ROWS
     fill(lines, ROWS, total)
     execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events

@@ -188,7 +188,7 @@ def _check_in_fresh_process(options: ListenOptions) -> None:
 )
 @click.option(
     "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    type=click.Choice(logs.LEVELS),
     default="INFO",
     show_default=True,
     help="The least important log lines written.",

@@ -46,7 +46,7 @@ def _bind(host: str, port: int) -> socket.socket:
 @click.option("--read-only", is_flag=True, help="Show everything, refuse every action (403).")
 @click.option(
     "--log-level",
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    type=click.Choice(logs.LEVELS),
     default="INFO",
     show_default=True,
     help="The least important log lines written (INFO: one per request).",

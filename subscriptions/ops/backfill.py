@@ -125,16 +125,14 @@ def _run_chunk(
     sub_id = plan.sub_id
 
     def once(cursor: Cursor) -> tuple[int, int, bytes | None]:
-        cursor.execute(statements["hold_run"], (sub_id, rows_done))
+        cursor.execute(statement, parameters)
+        rows, events, key = cursor.fetchone()
+        cursor.execute(statements["chunk_done"], (key, rows, events, sub_id, rows_done))
         if not cursor.affected_rows:
             raise SubsError(
                 f"this backfill of {plan.table.name} changed under this run (another run or a --restart moved it "
                 "on, or its subscription was removed); this run stops: `subs status` shows where it stands"
             )
-        cursor.execute(statement, parameters)
-        rows, events, key = cursor.fetchone()
-        if rows:
-            cursor.execute(statements["chunk_done"], (key, rows, events, sub_id))
         if rows < chunk:
             cursor.execute(statements["finish"], (sub_id,))
         return int(rows), int(events), key
@@ -193,7 +191,7 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
     except DatabaseError as exc:
         if not is_conflict(exc):
             raise
-        # A running chunk holds where the backfill stands (--restart would reset it).
+        # A chunk of a running backfill was committing where it stands (--restart would reset it).
         raise SubsError(
             f"another run of this backfill of {table_typed} for {tag} is going on; let it end, or stop it, "
             "then run this again"
