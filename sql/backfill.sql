@@ -21,13 +21,18 @@ VALUES (?, ?, NULL, 0, 0, ?, LOCALTIMESTAMP, LOCALTIMESTAMP, NULL)
 MATCHING (SUB_ID);
 
 -- name: chunk_done
--- Only where this run left the backfill (ROWS_DONE: the last ?): a second
--- run of the same backfill, or a --restart, that moved it on meanwhile
--- makes this update find no row (after a conflict, when both ran at once),
--- and the chunk is rolled back. A last chunk of no rows keeps LAST_KEY.
+-- Only where this run left the backfill (ROWS_DONE: the last ?) and while
+-- its subscription is active: a second run of the same backfill, or a
+-- --restart, that moved it on meanwhile (after a conflict, when both ran at
+-- once), or a `subs remove`, makes this update find no row, and the chunk
+-- is rolled back. A last chunk of no rows keeps LAST_KEY.
 UPDATE EVENT_BACKFILL
 SET LAST_KEY = COALESCE(?, LAST_KEY), ROWS_DONE = ROWS_DONE + ?, EVENTS = EVENTS + ?, UPDATED_AT = LOCALTIMESTAMP
-WHERE SUB_ID = ? AND ROWS_DONE = ? AND FINISHED_AT IS NULL;
+WHERE SUB_ID = ? AND ROWS_DONE = ? AND FINISHED_AT IS NULL
+AND EXISTS (SELECT 1 FROM EVENT_SUBSCRIBER S WHERE S.SUB_ID = EVENT_BACKFILL.SUB_ID AND S.ACTIVE);
+
+-- name: subscription_active
+SELECT ACTIVE FROM EVENT_SUBSCRIBER WHERE SUB_ID = ?;
 
 -- name: finish
 UPDATE EVENT_BACKFILL SET FINISHED_AT = LOCALTIMESTAMP, UPDATED_AT = LOCALTIMESTAMP WHERE SUB_ID = ?;

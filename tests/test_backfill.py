@@ -16,6 +16,8 @@ import pytest
 
 from subscriptions.capture.values import decode
 from subscriptions.db.connection import Database, read_blob
+from subscriptions.errors import SubsError
+from subscriptions.ops.backfill import backfill
 
 from conftest import EMBEDDED, Subs, assert_one_line_error, events, execute, query, state, wait_until
 
@@ -212,8 +214,8 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
 
 
 MOVED_ON = (
-    "Error: this backfill of LINES changed under this run (another run or a --restart moved it on, or its "
-    "subscription was removed); this run stops: `subs status` shows where it stands"
+    "Error: this backfill of LINES changed under this run (another run or a --restart moved it on); "
+    "this run stops: `subs status` shows where it stands"
 )
 GOING_ON = "Error: another run of this backfill of lines for rec is going on; let it end, or stop it, then run this"
 
@@ -246,6 +248,32 @@ def test_two_runs_at_once_log_each_row_once(lines, subs: Subs, restart: bool) ->
     keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
     assert len(keys) == total and set(keys.values()) == ({1, 2} if took_over else {1})
     assert query(lines, "SELECT ROWS_DONE, FINISHED_AT IS NOT NULL FROM EVENT_BACKFILL") == [(total, True)]
+
+
+@pytest.mark.parametrize("purge", [False, True], ids=["kept", "purged"])
+def test_removing_the_subscription_stops_its_backfill(lines, subs: Subs, purge: bool) -> None:
+    """A backfill went on logging every row for a subscription removed
+    while it ran (269,000 events after `subs remove` by hand). Now it stops
+    at its next chunk; re-added, the subscription's backfill goes on from
+    there (or, purged, starts over), and each row is logged once."""
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+
+    def remove_after_the_first_chunk(progress) -> None:
+        if progress.rows_this_run == 500:
+            subs.ok("remove", "lines", "I", "rec", *(["--purge"] if purge else []))
+
+    with Database(lines) as db, pytest.raises(SubsError) as stopped:
+        backfill(db, "lines", "rec", chunk=500, progress=remove_after_the_first_chunk)
+    assert str(stopped.value) == (
+        "the insert subscription of LINES for rec was removed while this backfill ran; "
+        f"it stopped at 500 of {ROWS:,} rows"
+    )
+    assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(0 if purge else 500,)]
+    subs.ok("add", "lines", "I", "rec")
+    text = subs.ok("backfill", "lines", "rec")
+    assert ("(resumed)" in text) is not purge
+    keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
+    assert len(keys) == ROWS and set(keys.values()) == {1}
 
 
 def test_with_writers_the_last_event_of_each_row_is_its_current_state(lines, subs: Subs) -> None:

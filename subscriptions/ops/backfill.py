@@ -53,6 +53,7 @@ class Progress:
 class _Plan:
     sub_id: int
     table: Table
+    tag: str
     first_chunk: str
     next_chunk: str
     last_key: bytes | None
@@ -129,9 +130,15 @@ def _run_chunk(
         rows, events, key = cursor.fetchone()
         cursor.execute(statements["chunk_done"], (key, rows, events, sub_id, rows_done))
         if not cursor.affected_rows:
+            cursor.execute(statements["subscription_active"], (sub_id,))
+            if not (cursor.fetchone() or (False,))[0]:
+                raise SubsError(
+                    f"the insert subscription of {plan.table.name} for {plan.tag} was removed while this backfill "
+                    f"ran; it stopped at {rows_done:,} of {plan.rows_total:,} rows"
+                )
             raise SubsError(
                 f"this backfill of {plan.table.name} changed under this run (another run or a --restart moved it "
-                "on, or its subscription was removed); this run stops: `subs status` shows where it stands"
+                "on); this run stops: `subs status` shows where it stands"
             )
         if rows < chunk:
             cursor.execute(statements["finish"], (sub_id,))
@@ -177,14 +184,14 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
             raise SubsError(f"--where rejected by the database: {first_line(exc)}") from None
         if not resume:
             cursor.execute(statements["start"], (sub_id, condition, rows_total))
-            return _Plan(sub_id, table, first_text, next_text, None, 0, 0, int(rows_total), False)
+            return _Plan(sub_id, table, tag, first_text, next_text, None, 0, 0, int(rows_total), False)
         _, last_key, rows_done, events, recorded_total, _ = state
         if last_key is not None and set(decode(last_key) or {}) != set(table.primary_key):
             raise SubsError(
                 f"the primary key of {table.name} changed since its backfill for {tag} stopped: "
                 "add --restart to start over"
             )
-        return _Plan(sub_id, table, first_text, next_text, last_key, rows_done, events, int(recorded_total), True)
+        return _Plan(sub_id, table, tag, first_text, next_text, last_key, rows_done, events, int(recorded_total), True)
 
     try:
         return db.run(work)
