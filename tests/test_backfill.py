@@ -61,7 +61,8 @@ def test_every_row_becomes_an_insert_event_in_key_order(lines, subs: Subs) -> No
     assert result.exit_code == 0, result.output + result.stderr
     assert result.stdout.startswith(f"backfilled LINES for rec: {ROWS:,} event(s) from {ROWS:,} row(s)")
     progress = result.stderr.splitlines()
-    assert len(progress) == ROWS // 300 + 1 and progress[-1].startswith(f"backfill LINES rec: {ROWS:,}/{ROWS:,} rows")
+    assert progress[0].startswith(f"backfill LINES rec: 300/{ROWS:,} rows")
+    assert progress[-1].startswith(f"backfill LINES rec: {ROWS:,}/{ROWS:,} rows")
     logged = events(lines)
     rows = query(lines, "SELECT ORDER_NO, CODE, QTY, NOTE FROM LINES ORDER BY ORDER_NO, CODE")
     assert [(e["pk"]["ORDER_NO"], e["pk"]["CODE"]) for e in logged] == [row[:2] for row in rows]
@@ -371,11 +372,16 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_a_terminal_gets_a_progress_bar_and_a_pipe_a_line_per_chunk() -> None:
+def test_a_terminal_gets_a_progress_bar_and_a_pipe_a_line_every_ten_seconds() -> None:
+    """A pipe (a cron log) got a line per chunk: 1,000 lines for a million
+    rows. It gets the first chunk's, one per 10 seconds and the last."""
     from subscriptions.cli.backfill import _Display
     from subscriptions.ops.backfill import Progress
 
-    states = [Progress("T", "rec", done, 3000, done, done, done / 1000, done == 3000, False) for done in (1000, 3000)]
+    states = [
+        Progress("T", "rec", done, 30_000, done, done, done / 1000, done == 30_000, False)
+        for done in range(1000, 30_001, 1000)
+    ]
     terminal, pipe = Terminal(), io.StringIO()
     for stream in (terminal, pipe):
         display = _Display(stream)
@@ -383,8 +389,10 @@ def test_a_terminal_gets_a_progress_bar_and_a_pipe_a_line_per_chunk() -> None:
             display(progress)
         display.close()
     assert "backfill T rec" in terminal.getvalue() and "1,000 rows/s" in terminal.getvalue()
-    assert "3000/3000" in terminal.getvalue()
+    assert "30000/30000" in terminal.getvalue()
     assert pipe.getvalue().splitlines() == [
-        "backfill T rec: 1,000/3,000 rows (33.3%), 1,000 rows/s, 0m02s left",
-        "backfill T rec: 3,000/3,000 rows (100.0%), 1,000 rows/s",
+        "backfill T rec: 1,000/30,000 rows (3.3%), 1,000 rows/s, 0m29s left",
+        "backfill T rec: 11,000/30,000 rows (36.7%), 1,000 rows/s, 0m19s left",
+        "backfill T rec: 21,000/30,000 rows (70.0%), 1,000 rows/s, 0m09s left",
+        "backfill T rec: 30,000/30,000 rows (100.0%), 1,000 rows/s",
     ]

@@ -18,9 +18,14 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
 
 
+# Seconds between two progress lines when the output is not a terminal: a
+# cron log gets a few lines per minute, not one per chunk.
+LINE_EVERY = 10.0
+
+
 def describe(state: Progress) -> str:
     """``rows done/total (percent), rate, time left``: the line a run prints
-    per chunk when its output is not a terminal."""
+    when its output is not a terminal."""
     rate = state.rows_this_run / state.seconds if state.seconds > 0 else 0.0
     share = 100.0 * state.rows_done / state.rows_total if state.rows_total else 100.0
     left = (state.rows_total - state.rows_done) / rate if rate > 0 else 0.0
@@ -33,16 +38,20 @@ def _rate_shown(rate: str | None) -> str | None:
 
 
 class _Display:
-    """A progress bar on a terminal, otherwise a plain line per chunk."""
+    """A progress bar on a terminal, otherwise a plain line after the first
+    chunk, every ``LINE_EVERY`` seconds and at the end."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.bar: Any = None
         self.shown = 0
+        self.line_at: float | None = None
 
     def __call__(self, state: Progress) -> None:
         if not self.stream.isatty():
-            click.echo(f"backfill {state.table} {state.tag}: {describe(state)}", file=self.stream)
+            if self.line_at is None or state.finished or state.seconds - self.line_at >= LINE_EVERY:
+                click.echo(f"backfill {state.table} {state.tag}: {describe(state)}", file=self.stream)
+                self.line_at = state.seconds
             return
         if self.bar is None:
             self.bar = click.progressbar(
