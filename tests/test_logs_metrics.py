@@ -241,8 +241,8 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     assert supervisor.take_minutes() == {}
 
 
-def _get(port: int, path: str) -> tuple[int, str, str]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+def _get(port: int, path: str, host: str = "127.0.0.1") -> tuple[int, str, str]:
+    connection = http.client.HTTPConnection(host, port, timeout=5)
     try:
         connection.request("GET", path)
         response = connection.getresponse()
@@ -268,6 +268,25 @@ def test_the_endpoint_answers_metrics_and_404_elsewhere() -> None:
         _get(server.port, "/metrics")
 
 
+def test_the_endpoint_serves_an_ipv6_address_too() -> None:
+    """``--metrics-host ::1`` was refused: "Address family for hostname not supported"."""
+    m = metrics.Metrics()
+    server = bind(m, 0, "::1").start()
+    try:
+        assert _get(server.port, "/metrics", "::1")[:2] == (200, metrics.CONTENT_TYPE)
+    finally:
+        server.close()
+
+
+def test_a_host_not_of_this_machine_is_reported() -> None:
+    with pytest.raises(SubsError) as error:
+        bind(metrics.Metrics(), 0, "192.0.2.1")
+    assert str(error.value) == (
+        "cannot serve metrics on 192.0.2.1:0: Cannot assign requested address; "
+        "choose another --metrics-host or --metrics-port"
+    )
+
+
 def test_a_port_in_use_is_reported() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -276,7 +295,8 @@ def test_a_port_in_use_is_reported() -> None:
         with pytest.raises(SubsError) as error:
             bind(metrics.Metrics(), port)
     assert str(error.value) == (
-        f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port"
+        f"cannot serve metrics on 127.0.0.1:{port}: Address already in use; "
+        "choose another --metrics-host or --metrics-port"
     )
 
 

@@ -185,7 +185,8 @@ def test_a_metrics_port_in_use_is_refused_before_the_listener_starts(rec, tmp_pa
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout == ""
     assert result.stderr == (
-        f"Error: cannot serve metrics on 127.0.0.1:{port}: Address already in use; choose another --metrics-port\n"
+        f"Error: cannot serve metrics on 127.0.0.1:{port}: Address already in use; "
+        "choose another --metrics-host or --metrics-port\n"
     )
     assert not (tmp_path / "subs.pid").exists() and not (tmp_path / "subs.log").exists()
 

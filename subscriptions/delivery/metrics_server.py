@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -56,9 +57,14 @@ def bind(metrics: Metrics, port: int, host: str = "127.0.0.1") -> MetricsServer:
         def log_message(self, format: str, *args: object) -> None:
             log.debug("metrics %s: " + format, self.address_string(), *args)
 
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET  # --metrics-host ::1 too
+
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        server = Server((host, port), Handler)
     except OSError as exc:
         where, reason = f"{host}:{port}", exc.strerror or exc
-        raise SubsError(f"cannot serve metrics on {where}: {reason}; choose another --metrics-port") from None
+        raise SubsError(
+            f"cannot serve metrics on {where}: {reason}; choose another --metrics-host or --metrics-port"
+        ) from None
     return MetricsServer(server)
