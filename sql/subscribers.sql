@@ -33,6 +33,13 @@ DELETE FROM EVENT_LEASE WHERE SUB_ID = ?;
 -- name: delete_spans
 DELETE FROM EVENT_SPAN WHERE SUB_ID = ?;
 
+-- name: hold_backfill
+-- First in `subs remove` of an insert subscription: a running backfill's
+-- chunk, which updates this row as it commits, then waits for the remove
+-- and stops (backfill.sql, chunk_done), so the remove counts or purges
+-- every event it logged.
+UPDATE EVENT_BACKFILL SET UPDATED_AT = UPDATED_AT WHERE SUB_ID = ?;
+
 -- name: delete_backfill
 DELETE FROM EVENT_BACKFILL WHERE SUB_ID = ?;
 

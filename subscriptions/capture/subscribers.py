@@ -214,8 +214,17 @@ def remove(db: Database, table_typed: str, actions_typed: str, tag: str, *, purg
     actions = parse_actions(actions_typed)
     check_tag(tag)
     statements = sql.load("subscribers")
+    backfilled = db.run(
+        lambda cursor: [
+            s.sub_id for s in _subscribed(cursor, table_typed, actions, tag, removed_too=True)[1] if s.action == "I"
+        ]
+    )
 
     def work(cursor: Cursor) -> tuple[list[Change], str | None]:
+        # First: a backfill's chunk commits every few milliseconds, and one
+        # that committed since this transaction began would be a conflict.
+        for sub_id in backfilled:
+            cursor.execute(statements["hold_backfill"], (sub_id,))
         name, subscribed = _subscribed(cursor, table_typed, actions, tag, removed_too=True)
         changes = []
         for subscription in subscribed:

@@ -40,6 +40,9 @@ CONNECTION_LOST_CODES = frozenset(
 )
 _TEXT_ONLY = 335544382  # isc_random: a message the engine gives as text only
 INDEX_REBUILT = "index unexpectedly deleted"
+# A READ COMMITTED update that waited for a transaction which then deleted
+# the row fails with this text under the generic code (Firebird 3).
+_ERASED_MEANWHILE = "cannot update erased record"
 _NO_SUCH_INDEX = 335544636  # isc_indexname: "there is no index ... for table ..."
 QUEUE_INDEX = "IX_EVENT_LOG_QUEUE"
 _LOGIN_FAILED = 335544472
@@ -75,7 +78,8 @@ def codes(exc: DatabaseError) -> frozenset[int]:
 
 def is_conflict(exc: DatabaseError) -> bool:
     """True for the errors that mean "someone else changed this first; try again"."""
-    return bool(CONFLICT_CODES & codes(exc)) or index_was_rebuilt(exc)
+    erased_meanwhile = _TEXT_ONLY in codes(exc) and _ERASED_MEANWHILE in str(exc)
+    return bool(CONFLICT_CODES & codes(exc)) or index_was_rebuilt(exc) or erased_meanwhile
 
 
 def index_was_rebuilt(exc: DatabaseError) -> bool:
