@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -300,6 +301,62 @@ def test_a_remove_meanwhile_stops_a_running_backfill_and_counts_its_events(lines
     else:
         assert said.startswith(f"removed: LINES I rec; {logged} event(s) kept"), (said, logged)
         assert query(lines, "SELECT ROWS_DONE FROM EVENT_BACKFILL") == [(logged,)]
+
+
+def _backfill_with(settings, between: Callable[[], None]) -> list[dict]:
+    """A backfill of LINES in chunks of 500 rows that runs ``between`` after
+    the first chunk; the events it logged."""
+
+    def after_the_first_chunk(progress) -> None:
+        if progress.rows_this_run == 500:
+            between()
+
+    with Database(settings) as db:
+        backfill(db, "lines", "rec", chunk=500, progress=after_the_first_chunk)
+    return events(settings)
+
+
+def test_columns_dropped_and_added_meanwhile_are_followed_from_the_next_chunk(lines) -> None:
+    """The chunks' statements, prepared once, went on reading a column the
+    application dropped (its old values, in 265,000 events by hand) and
+    never read one it added."""
+    logged = _backfill_with(
+        lines, lambda: execute(lines, "ALTER TABLE LINES DROP NOTE", "ALTER TABLE LINES ADD EXTRA INTEGER DEFAULT 7")
+    )
+    assert len(logged) == ROWS
+    assert {tuple(e["new"]) for e in logged[:500]} == {("ORDER_NO", "CODE", "QTY", "NOTE")}
+    assert {tuple(e["new"]) for e in logged[500:]} == {("ORDER_NO", "CODE", "QTY", "EXTRA")}
+    rows = query(lines, "SELECT ORDER_NO, CODE, QTY, EXTRA FROM LINES ORDER BY ORDER_NO, CODE")
+    assert [tuple(e["new"].values()) for e in logged[500:]] == rows[500:]
+
+
+def test_a_when_condition_changed_meanwhile_applies_from_the_next_chunk(lines, subs: Subs) -> None:
+    logged = _backfill_with(lines, lambda: subs.ok("add", "lines", "I", "rec", "--when", "NEW.QTY >= 500"))
+    assert len(logged) == 500 + (ROWS - 2000)  # row n has QTY n / 4
+    assert all(e["new"]["QTY"] >= 500 for e in logged[500:])
+
+
+def test_a_primary_key_changed_meanwhile_stops_the_backfill(lines, subs: Subs) -> None:
+    """Walked from the last row done in the new key's order, a run would
+    skip rows and log others twice."""
+    (constraint,) = query(
+        lines,
+        "SELECT TRIM(RDB$CONSTRAINT_NAME) FROM RDB$RELATION_CONSTRAINTS "
+        "WHERE RDB$RELATION_NAME = 'LINES' AND RDB$CONSTRAINT_TYPE = 'PRIMARY KEY'",
+    )[0]
+
+    def swap_the_key() -> None:
+        execute(lines, f"ALTER TABLE LINES DROP CONSTRAINT {constraint}")
+        execute(lines, "ALTER TABLE LINES ADD PRIMARY KEY (CODE, ORDER_NO)")
+
+    with pytest.raises(SubsError) as stopped:
+        _backfill_with(lines, swap_the_key)
+    assert str(stopped.value) == (
+        "the primary key of LINES changed during its backfill for rec: add --restart to start over"
+    )
+    assert len(events(lines)) == 500
+    subs.ok("backfill", "lines", "rec", "--restart")
+    assert len(events(lines)) == 500 + ROWS
 
 
 def test_with_writers_the_last_event_of_each_row_is_its_current_state(lines, subs: Subs) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from firebird.driver import Cursor, DatabaseError, Isolation, Statement, tpb
+from firebird.driver import Cursor, DatabaseError, Isolation, tpb
 
 from subscriptions.capture.metadata import Table, load_table
 from subscriptions.capture.names import check_condition, check_tag
@@ -54,6 +54,7 @@ class _Plan:
     sub_id: int
     table: Table
     tag: str
+    shape: tuple[Any, ...]
     first_chunk: str
     next_chunk: str
     last_key: bytes | None
@@ -81,70 +82,85 @@ def backfill(
 ) -> Progress:
     """Deliver ``table_typed``'s rows (those ``where`` selects) to its
     insert subscription for ``tag``; resumes an unfinished run of the same
-    ``where`` unless ``restart``. Calls ``progress`` after every chunk."""
+    ``where`` unless ``restart``. Calls ``progress`` after every chunk.
+    Follows the application's DDL and changes of the subscription's --when
+    condition from the next chunk on."""
     check_tag(tag)
     condition = check_condition(where, "--where", "the table's columns") if where is not None else None
     plan = _plan(db, table_typed, tag, condition, restart)
-    started = time.monotonic()
     state = Progress(plan.table.name, tag, plan.rows_done, plan.rows_total, plan.events, 0, 0.0, False, plan.resumed)
+    started = time.monotonic()
     last_key = plan.last_key
-    with db.transaction() as cursor:  # prepared once, used in every chunk's transaction
-        first, following = cursor.prepare(plan.first_chunk), cursor.prepare(plan.next_chunk)
-    try:
-        while not state.finished:
-            statement, parameters = (
-                (first, [chunk]) if last_key is None else (following, [chunk, *_key(plan, last_key)])
-            )
-            rows, events, key = _run_chunk(db, plan, state.rows_done, statement, parameters, chunk)
-            last_key = key if key is not None else last_key
-            state = Progress(
-                plan.table.name,
-                tag,
-                state.rows_done + rows,
-                max(plan.rows_total, state.rows_done + rows),
-                state.events + events,
-                state.rows_this_run + rows,
-                time.monotonic() - started,
-                rows < chunk,
-                plan.resumed,
-            )
-            progress(state)
-    finally:
-        first.free()
-        following.free()
+    while not state.finished:
+        text, parameters = (
+            (plan.first_chunk, [chunk]) if last_key is None else (plan.next_chunk, [chunk, *_key(plan, last_key)])
+        )
+        outcome = _run_chunk(db, plan, state.rows_done, text, parameters, chunk)
+        if outcome is None:  # the table or the subscription changed: make the chunk statements again
+            plan = _plan(db, table_typed, tag, condition, restart=False, going_on_at=state.rows_done)
+            continue
+        rows, events, key = outcome
+        last_key = key if key is not None else last_key
+        state = Progress(
+            plan.table.name,
+            tag,
+            state.rows_done + rows,
+            max(plan.rows_total, state.rows_done + rows),
+            state.events + events,
+            state.rows_this_run + rows,
+            time.monotonic() - started,
+            rows < chunk,
+            plan.resumed,
+        )
+        progress(state)
     return state
 
 
 def _run_chunk(
-    db: Database, plan: _Plan, rows_done: int, statement: Statement, parameters: list[Any], chunk: int
-) -> tuple[int, int, bytes | None]:
+    db: Database, plan: _Plan, rows_done: int, text: str, parameters: list[Any], chunk: int
+) -> tuple[int, int, bytes | None] | None:
     """One chunk and its bookkeeping in one transaction, tried again from
     scratch when it meets a conflict; refused when another run of the same
     backfill has moved it on since this run's last chunk (both would log
-    every row they share twice)."""
+    every row they share twice). None, with nothing done, when the table or
+    the subscription changed shape since ``plan``. The chunk's statement is
+    prepared in its transaction: one kept prepared between chunks would
+    hold the table's primary key index, and an application's migration
+    that drops it would wait for the end of the backfill."""
     statements = sql.load("backfill")
     sub_id = plan.sub_id
 
-    def once(cursor: Cursor) -> tuple[int, int, bytes | None]:
-        cursor.execute(statement, parameters)
+    def shape(cursor: Cursor) -> tuple[Any, ...]:
+        cursor.execute(statements["shape"], (sub_id,))
+        found = fetch_all(cursor)
+        if not found or not found[0][0]:
+            raise SubsError(
+                f"the insert subscription of {plan.table.name} for {plan.tag} was removed while this backfill "
+                f"ran; it stopped at {rows_done:,} of {plan.rows_total:,} rows"
+            )
+        return found[0]
+
+    def once(cursor: Cursor) -> tuple[int, int, bytes | None] | None:
+        if shape(cursor) != plan.shape:
+            return None
+        cursor.execute(text, parameters)
         rows, events, key = cursor.fetchone()
         cursor.execute(statements["chunk_done"], (key, rows, events, sub_id, rows_done))
         if not cursor.affected_rows:
-            cursor.execute(statements["subscription_active"], (sub_id,))
-            if not (cursor.fetchone() or (False,))[0]:
-                raise SubsError(
-                    f"the insert subscription of {plan.table.name} for {plan.tag} was removed while this backfill "
-                    f"ran; it stopped at {rows_done:,} of {plan.rows_total:,} rows"
-                )
-            raise SubsError(
-                f"this backfill of {plan.table.name} changed under this run (another run or a --restart moved it "
-                "on); this run stops: `subs status` shows where it stands"
-            )
+            shape(cursor)  # a remove meanwhile
+            raise _moved_on(plan.table.name)
         if rows < chunk:
             cursor.execute(statements["finish"], (sub_id,))
         return int(rows), int(events), key
 
     return db.run(once, tpb=chunk_tpb(), backoff=Backoff(0.1, 2.0))
+
+
+def _moved_on(table: str) -> SubsError:
+    return SubsError(
+        f"this backfill of {table} changed under this run (another run or a --restart moved it "
+        "on); this run stops: `subs status` shows where it stands"
+    )
 
 
 def _key(plan: _Plan, last_key: bytes) -> list[Any]:
@@ -153,9 +169,13 @@ def _key(plan: _Plan, last_key: bytes) -> list[Any]:
     return [values[name] for name in plan.table.primary_key]
 
 
-def _plan(db: Database, table_typed: str, tag: str, condition: str | None, restart: bool) -> _Plan:
+def _plan(
+    db: Database, table_typed: str, tag: str, condition: str | None, restart: bool, going_on_at: int | None = None
+) -> _Plan:
     """Check everything and record the start (or find the run to resume), in
-    one transaction: any error leaves the database as it was."""
+    one transaction: any error leaves the database as it was. ``going_on_at``:
+    this run's rows done, when it makes its statements again mid-run; only
+    the backfill still standing there is resumed."""
     statements = sql.load("backfill")
 
     def work(cursor: Cursor) -> _Plan:
@@ -164,12 +184,16 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
         cursor.execute(statements["state"], (sub_id,))
         state = cursor.fetchone()
         resume = state is not None and state[5] is None and not restart
+        if going_on_at is not None and not (resume and state[2] == going_on_at):
+            raise _moved_on(table.name)
         if resume and read_text(state[0]) != condition:
             shown = f"--where {read_text(state[0])!r}" if state[0] is not None else "no --where"
             raise SubsError(
                 f"an unfinished backfill of {table.name} for {tag} has {shown}: run it again with that to "
                 "go on, or add --restart to start over"
             )
+        cursor.execute(statements["shape"], (sub_id,))
+        (shape,) = fetch_all(cursor)
         cursor.execute(statements["source"], (sub_id, condition))
         ((first_text, next_text, count_rows, reason),) = fetch_all(cursor)
         if reason is not None:
@@ -184,14 +208,15 @@ def _plan(db: Database, table_typed: str, tag: str, condition: str | None, resta
             raise SubsError(f"--where rejected by the database: {first_line(exc)}") from None
         if not resume:
             cursor.execute(statements["start"], (sub_id, condition, rows_total))
-            return _Plan(sub_id, table, tag, first_text, next_text, None, 0, 0, int(rows_total), False)
+            return _Plan(sub_id, table, tag, shape, first_text, next_text, None, 0, 0, int(rows_total), False)
         _, last_key, rows_done, events, recorded_total, _ = state
-        if last_key is not None and set(decode(last_key) or {}) != set(table.primary_key):
+        if last_key is not None and tuple(decode(last_key) or {}) != table.primary_key:
             raise SubsError(
-                f"the primary key of {table.name} changed since its backfill for {tag} stopped: "
-                "add --restart to start over"
+                f"the primary key of {table.name} changed during its backfill for {tag}: add --restart to start over"
             )
-        return _Plan(sub_id, table, tag, first_text, next_text, last_key, rows_done, events, int(recorded_total), True)
+        return _Plan(
+            sub_id, table, tag, shape, first_text, next_text, last_key, rows_done, events, int(recorded_total), True
+        )
 
     try:
         return db.run(work)
