@@ -41,15 +41,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subscriptions import hookimpl
-from subscriptions.config import check_setting_names, positive_setting, tables_using
+from subscriptions.config import EVENT_VARIABLES, check_setting_names, positive_setting, tables_using
 from subscriptions.errors import SubsError
 from subscriptions.events import Event
 
 SETTINGS = ("command", "timeout", "cwd", "env")
 DEFAULT_TIMEOUT = 30.0
 STDERR_TAIL = 200
-# The event's identity, in the command's environment.
-_EVENT_VARIABLES = ("SUBS_EVENT_ID", "SUBS_IDEMPOTENCY_KEY", "SUBS_TABLE", "SUBS_ACTION", "SUBS_TAG", "SUBS_ATTEMPT")
 
 
 def _command(tag: str, settings: Mapping[str, Any]) -> list[str]:
@@ -85,7 +83,7 @@ def _extra_environment(tag: str, settings: Mapping[str, Any]) -> dict[str, str]:
     for name in value:
         if not name or "=" in name or "\0" in name:
             raise SubsError(f"[handlers.{tag}] env: {name!r} is not a variable name; leave out '=' and NUL")
-        if name in _EVENT_VARIABLES:
+        if name in EVENT_VARIABLES:
             raise SubsError(f"[handlers.{tag}] env: {name} is set by subs to the event's; choose another name")
     return {name: _text(tag, f"env {name}", text) for name, text in value.items()}
 
@@ -118,7 +116,7 @@ def _environment(event: Event, settings: Mapping[str, Any]) -> dict[str, str]:
     """What the command runs with: the environment it inherits and the
     event's identity."""
     identity = (event.id, event.idempotency_key, event.table, event.action, event.tag, event.attempt)
-    return {**_inherited(event.tag, settings), **dict(zip(_EVENT_VARIABLES, map(str, identity), strict=True))}
+    return {**_inherited(event.tag, settings), **dict(zip(EVENT_VARIABLES, map(str, identity), strict=True))}
 
 
 def run(event: Event, settings: Mapping[str, Any]) -> None:

@@ -4,6 +4,7 @@ handler plugins use to check their settings."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -22,6 +23,15 @@ CONFIG_ENV = "SUBS_CONFIG"
 MAX_SECONDS = 86_400.0
 DEFAULT_CONFIG = "subs.toml"
 _ENV_OVERRIDE = re.compile(r"^SUBS__(?P<tag>[A-Z0-9_.-]+)__(?P<key>[A-Z0-9_]+)$")
+# The SUBS_ environment variables subs reads besides the overrides (test_docs
+# checks that every option's is here), and those the exec handler gives its
+# command, which may run subs in turn. Any other is named in a note: a
+# misspelt one (SUBS_DATABSE, SUBS__SEND_EMAIL_PASSWORD) is ignored.
+ENVIRONMENT = frozenset(
+    {CONFIG_ENV, "SUBS_DATABASE", "SUBS_ROLE", "SUBS_PLUGINS", "SUBS_WEB_TOKEN", "SUBS_RUNTIME_DIR"}
+)
+# The event's identity, in an exec command's environment.
+EVENT_VARIABLES = ("SUBS_EVENT_ID", "SUBS_IDEMPOTENCY_KEY", "SUBS_TABLE", "SUBS_ACTION", "SUBS_TAG", "SUBS_ATTEMPT")
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,24 @@ def load_config(path: str | None, environ: Mapping[str, str] = os.environ) -> Fi
             tag = next((t for t in handlers if t.upper() == match["tag"]), match["tag"].lower())
             handlers.setdefault(tag, {})[match["key"].lower()] = value
     return FileConfig(_database_table(file, data.get("database", {})), handlers, _exposed_secrets_note(file, data))
+
+
+def unknown_variables_note(environ: Mapping[str, str] = os.environ) -> str | None:
+    """A note naming the SUBS_ environment variables subs does not read,
+    each with the name it is closest to."""
+    known = ENVIRONMENT.union(EVENT_VARIABLES)
+    unknown = sorted(name for name in environ if name.startswith("SUBS_") and name not in known)
+    unknown = [name for name in unknown if not _ENV_OVERRIDE.match(name)]
+    if not unknown:
+        return None
+    shown = [
+        f"{name} ({close[0]}?)" if (close := difflib.get_close_matches(name, sorted(ENVIRONMENT), 1, 0.8)) else name
+        for name in unknown
+    ]
+    return (
+        f"subs ignores the environment variable(s) {', '.join(shown)}: it reads "
+        f"{', '.join(sorted(ENVIRONMENT))} and SUBS__<TAG>__<KEY> for a handler's setting"
+    )
 
 
 def _exposed_secrets_note(file: Path, data: Mapping[str, Any]) -> str | None:

@@ -47,7 +47,7 @@ SERVER_CRASH = pytest.StashKey[str]()
 # so that a steady stream of shared turns cannot keep it waiting for ever.
 TURN_LOCK = Path(tempfile.gettempdir()) / "subs-tests-turn.lock"
 GATE_LOCK = Path(tempfile.gettempdir()) / "subs-tests-gate.lock"
-LOCKS = "SUBS_TEST_LOCKS"  # environment variable: the run's directory of the engine's lock files
+LOCKS = "PYTEST_SUBS_LOCKS"  # environment variable: the run's directory of the engine's lock files
 
 
 def uses_fb3_server(item: pytest.Item) -> bool:

@@ -28,7 +28,7 @@ import pytest
 
 from processes import cmdline, descendants
 
-DIRECTORY = "SUBS_TEST_HANGS"  # environment variable: the files' directory
+DIRECTORY = "PYTEST_SUBS_HANGS"  # environment variable: the files' directory
 AHEAD = 2.0  # seconds before pytest-timeout's bound: the stacks
 KILL_AHEAD = 1.0  # seconds before it: the test's processes are killed
 _dump: IO[str] | None = None

@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from subscriptions.config import load_config
+from subscriptions.cli import cli
+from subscriptions.config import ENVIRONMENT, load_config, unknown_variables_note
 from subscriptions.errors import SubsError
 from subscriptions.ops import detach as daemon
+from subscriptions.plugins import PLUGINS_ENV
 
 from conftest import Subs, execute, free_port, query, scrape_metrics, wait_until
 
@@ -258,6 +261,38 @@ def test_a_config_file_others_can_read_is_named_when_it_holds_secrets(tmp_path: 
     )
     config.write_text('[database]\nuser = "app"\n[handlers.webhook]\nurl = "https://hooks.example.com/in"\n')
     assert load_config(str(config), environ={}).note is None
+
+
+def test_environment_variables_subs_does_not_read_are_named_with_the_closest_it_does() -> None:
+    """A misspelt SUBS_DATABSE was ignored in silence, and subs opened
+    ./subs.fdb; a SUBS__SEND_EMAIL_PASSWORD (one underscore short) left the
+    mail login without its password."""
+    environ = {
+        "SUBS_DATABSE": "app.fdb",
+        "SUBS__SEND_EMAIL_PASSWORD": "not shown",
+        "SUBS_ROLE": "r",
+        "SUBS__WEBHOOK__URL": "http://h/",
+        "SUBS_EVENT_ID": "7",  # an exec command that runs subs
+        "PATH": "/bin",
+    }
+    assert unknown_variables_note(environ) == (
+        "subs ignores the environment variable(s) SUBS_DATABSE (SUBS_DATABASE?), SUBS__SEND_EMAIL_PASSWORD: "
+        "it reads SUBS_CONFIG, SUBS_DATABASE, SUBS_PLUGINS, SUBS_ROLE, SUBS_RUNTIME_DIR, SUBS_WEB_TOKEN and "
+        "SUBS__<TAG>__<KEY> for a handler's setting"
+    )
+    assert unknown_variables_note({"SUBS_DATABASE": "app.fdb", "SUBS__LOG__PATH": "/tmp/x"}) is None
+    result = CliRunner().invoke(cli, ["handlers"], env={"SUBS_PLUGIN": "./mine.py"})
+    assert result.exit_code == 0
+    assert result.stderr.startswith("note: subs ignores the environment variable(s) SUBS_PLUGIN (SUBS_PLUGINS?): ")
+
+
+def test_every_environment_variable_subs_reads_is_known() -> None:
+    """The note above names any other: a variable an option or module reads
+    must be in config.ENVIRONMENT."""
+    options = [("", cli), *cli.commands.items()]
+    read = {param.envvar for _, command in options for param in command.params if isinstance(param.envvar, str)}
+    read |= {PLUGINS_ENV, "SUBS_RUNTIME_DIR"}
+    assert {name for name in read if name.startswith("SUBS_")} == ENVIRONMENT
 
 
 def test_a_config_file_that_cannot_be_read_is_a_one_line_error(tmp_path: Path, monkeypatch) -> None:

@@ -24,7 +24,7 @@ import click
 from firebird.driver import DatabaseError
 
 from subscriptions import __version__
-from subscriptions.config import CONFIG_ENV, FileConfig, load_config
+from subscriptions.config import CONFIG_ENV, FileConfig, load_config, unknown_variables_note
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stored_name
@@ -178,8 +178,9 @@ def cli(
 ) -> None:
     """Table subscriptions for Firebird: triggers log row changes, handlers act on them."""
     config = load_config(config_path)
-    if config.note:
-        click.echo(f"note: {config.note}", err=True)
+    for note in (config.note, unknown_variables_note()):
+        if note:
+            click.echo(f"note: {note}", err=True)
     role = role or config.database.get("role")
     settings = ConnectionSettings(
         database or config.database.get("dsn") or DEFAULT_DATABASE,
