@@ -23,10 +23,10 @@ CONFIG_ENV = "SUBS_CONFIG"
 MAX_SECONDS = 86_400.0
 DEFAULT_CONFIG = "subs.toml"
 _ENV_OVERRIDE = re.compile(r"^SUBS__(?P<tag>[A-Z0-9_.-]+)__(?P<key>[A-Z0-9_]+)$")
-# The SUBS_ environment variables subs reads besides the overrides (test_docs
-# checks that every option's is here), and those the exec handler gives its
-# command, which may run subs in turn. Any other is named in a note: a
-# misspelt one (SUBS_DATABSE, SUBS__SEND_EMAIL_PASSWORD) is ignored.
+# The SUBS_ environment variables subs reads besides SUBS__<TAG>__<KEY> (a
+# test checks that every option's is here). Any other, except the exec
+# handler's EVENT_VARIABLES (its command may run subs), is named in a note:
+# a misspelt one (SUBS_DATABSE, SUBS__SEND_EMAIL_PASSWORD) is ignored.
 ENVIRONMENT = frozenset(
     {CONFIG_ENV, "SUBS_DATABASE", "SUBS_ROLE", "SUBS_PLUGINS", "SUBS_WEB_TOKEN", "SUBS_RUNTIME_DIR"}
 )
