@@ -29,6 +29,12 @@ FROM EVENT_SUBSCRIBER s
 LEFT JOIN RDB$RELATIONS r ON r.RDB$RELATION_NAME = s.TABLE_NAME
 WHERE s.SUB_ID = ?;
 
+-- name: mark_running
+-- Marks this attachment as running the backfill of subscription ? (NULL:
+-- no longer), so that `subs status` can tell a running backfill from one
+-- that stopped: the mark goes with the attachment when the process ends.
+SELECT RDB$SET_CONTEXT('USER_SESSION', 'SUBS_BACKFILL', ?) FROM RDB$DATABASE;
+
 -- name: state
 SELECT WHERE_CONDITION, LAST_KEY, ROWS_DONE, EVENTS, ROWS_TOTAL, FINISHED_AT
 FROM EVENT_BACKFILL WHERE SUB_ID = ?;

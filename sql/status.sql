@@ -69,10 +69,15 @@ ORDER BY l.EVENT_ID
 FETCH FIRST ? ROWS ONLY;
 
 -- name: backfills
--- Where each `subs backfill` run stands (per insert subscription).
-SELECT SUB_ID, ROWS_DONE, ROWS_TOTAL, EVENTS, FINISHED_AT IS NOT NULL,
-       DATEDIFF(MILLISECOND FROM UPDATED_AT TO LOCALTIMESTAMP)
-FROM EVENT_BACKFILL;
+-- Where each `subs backfill` run stands (per insert subscription), and
+-- whether an attachment this user may see in MON$ runs it (backfill.sql,
+-- mark_running).
+SELECT b.SUB_ID, b.ROWS_DONE, b.ROWS_TOTAL, b.EVENTS, b.FINISHED_AT IS NOT NULL,
+       DATEDIFF(MILLISECOND FROM b.UPDATED_AT TO LOCALTIMESTAMP),
+       EXISTS (SELECT 1 FROM MON$CONTEXT_VARIABLES v
+               WHERE v.MON$VARIABLE_NAME = 'SUBS_BACKFILL' AND v.MON$TRANSACTION_ID IS NULL
+                 AND v.MON$VARIABLE_VALUE = CAST(b.SUB_ID AS VARCHAR(20)))
+FROM EVENT_BACKFILL b;
 
 -- name: oldest_transaction
 -- The database's oldest active transaction, as MON$ shows it to this user

@@ -4,6 +4,7 @@ consistent with concurrent writers, resumable, and refusing bad input."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import signal
@@ -198,10 +199,12 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
         stderr=subprocess.DEVNULL,
     )
     wait_until(lambda: query(lines, "SELECT COALESCE(MAX(ROWS_DONE), 0) FROM EVENT_BACKFILL")[0][0] >= 2000)
+    assert ", running, updated " in subs.ok("status")
     run.send_signal(signal.SIGKILL)
     run.wait(10)
     done = query(lines, "SELECT ROWS_DONE FROM EVENT_BACKFILL")[0][0]
     assert done < total
+    assert f"{done:,}/{total:,} rows ({100 * done / total:.0f}%), stopped " in subs.ok("status")
     assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG")[0][0] == done
     result = subs("backfill", "lines", "rec", "--batch", "5000")
     assert result.exit_code == 0, result.stderr
@@ -264,8 +267,11 @@ def test_removing_the_subscription_stops_its_backfill(lines, subs: Subs, purge: 
         if progress.rows_this_run == 500:
             subs.ok("remove", "lines", "I", "rec", *(["--purge"] if purge else []))
 
-    with Database(lines) as db, pytest.raises(SubsError) as stopped:
-        backfill(db, "lines", "rec", chunk=500, progress=remove_after_the_first_chunk)
+    with Database(lines) as db:
+        with pytest.raises(SubsError) as stopped:
+            backfill(db, "lines", "rec", chunk=500, progress=remove_after_the_first_chunk)
+        if not purge:  # its attachment, still open, no longer runs it
+            assert "500/2,500 rows (20%), stopped " in subs.ok("status")
     assert str(stopped.value) == (
         "the insert subscription of LINES for rec was removed while this backfill ran; "
         f"it stopped at 500 of {ROWS:,} rows"
@@ -445,7 +451,7 @@ def test_status_shows_the_backfill(lines, subs: Subs) -> None:
     subs.ok("backfill", "lines", "rec")
     text = subs.ok("status")
     assert f"done {ROWS:,}" in text
-    (row,) = [s for s in __import__("json").loads(subs.ok("status", "--json")) if s["tag"] == "rec"]
+    (row,) = [s for s in json.loads(subs.ok("status", "--json")) if s["tag"] == "rec"]
     assert row["backfill"]["rows_done"] == ROWS and row["backfill"]["finished"]
 
 

@@ -12,6 +12,7 @@ chunk's transaction, so a killed run goes on from there.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -88,6 +89,25 @@ def backfill(
     check_tag(tag)
     condition = check_condition(where, "--where", "the table's columns") if where is not None else None
     plan = _plan(db, table_typed, tag, condition, restart)
+    _mark_running(db, plan.sub_id)
+    try:
+        return _chunks(db, plan, table_typed, condition, chunk, progress)
+    finally:
+        with contextlib.suppress(DatabaseError):  # a lost connection took the mark with it
+            _mark_running(db, None)
+
+
+def _chunks(
+    db: Database,
+    plan: _Plan,
+    table_typed: str,
+    condition: str | None,
+    chunk: int,
+    progress: Callable[[Progress], None],
+) -> Progress:
+    """The run's chunks up to the last, made again from where the run
+    stands whenever the table or the subscription changed shape."""
+    tag = plan.tag
     state = Progress(plan.table.name, tag, plan.rows_done, plan.rows_total, plan.events, 0, 0.0, False, plan.resumed)
     started = time.monotonic()
     last_key = plan.last_key
@@ -114,6 +134,12 @@ def backfill(
         )
         progress(state)
     return state
+
+
+def _mark_running(db: Database, sub_id: int | None) -> None:
+    with db.transaction() as cursor:
+        cursor.execute(sql.load("backfill")["mark_running"], (None if sub_id is None else str(sub_id),))
+        cursor.fetchone()
 
 
 def _run_chunk(
@@ -200,8 +226,9 @@ def _plan(
             raise SubsError(f"cannot backfill {table.name}: {reason}")
         try:
             cursor.prepare(first_text).free()
-            cursor.execute(count_rows)
-            (rows_total,) = cursor.fetchone()
+            if not resume:  # a resumed run keeps its count: a count of a big table takes a while
+                cursor.execute(count_rows)
+                (rows_total,) = cursor.fetchone()
         except DatabaseError as exc:
             if is_conflict(exc):
                 raise

@@ -25,21 +25,25 @@ from .text_table import describe_age
 
 @dataclass(frozen=True)
 class BackfillStatus:
-    """The latest `subs backfill` run of an insert subscription."""
+    """The latest `subs backfill` run of an insert subscription; ``running``
+    when an attachment the user may see in MON$ runs it (its own, or all
+    for SYSDBA, the database's owner and RDB$ADMIN)."""
 
     rows_done: int
     rows_total: int
     events: int
     finished: bool
     seconds_since_update: float
+    running: bool
 
     def describe(self) -> str:
         if self.finished:
             return f"done {self.rows_done:,} row{'' if self.rows_done == 1 else 's'}"
         share = 100.0 * self.rows_done / self.rows_total if self.rows_total else 100.0
-        return (
-            f"{self.rows_done:,}/{self.rows_total:,} rows ({share:.0f}%), updated {self.seconds_since_update:.0f}s ago"
-        )
+        stands = f"{self.rows_done:,}/{self.rows_total:,} rows ({share:.0f}%)"
+        if self.running:
+            return f"{stands}, running, updated {describe_age(self.seconds_since_update)} ago"
+        return f"{stands}, stopped {describe_age(self.seconds_since_update)} ago"
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,10 @@ def read_status(settings: ConnectionSettings) -> Status:
             listeners = consumers(cursor)
             cursor.execute(sql.load("status")["backfills"])
             backfills = {
-                sub_id: BackfillStatus(int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000)
-                for sub_id, done, total, events, finished, age in cursor.fetchall()
+                sub_id: BackfillStatus(
+                    int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, bool(running)
+                )
+                for sub_id, done, total, events, finished, age, running in cursor.fetchall()
             }
             open_transaction = long_open_transaction(cursor)
     subscriptions = [
