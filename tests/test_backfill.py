@@ -218,6 +218,33 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
     assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(2 * total,)]
 
 
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_ends_the_run_after_its_chunk(lines, subs: Subs, stop: signal.Signals) -> None:
+    """SIGTERM (`kill`, a job's timeout) failed a run with "database error:
+    connection shutdown" (the client library takes SIGTERM over and shuts
+    its engine down), and Ctrl-C printed "Aborted!". Now a stop signal ends
+    the run after its chunk, with one line that says where it stands."""
+    total = 6 * ROWS
+    fill(lines, ROWS, total)
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+    env = {**os.environ, "ISC_USER": lines.effective_user, "ISC_PASSWORD": lines.password or ""}
+    command = [sys.executable, "-m", "subscriptions", "-d", lines.dsn, "backfill", "lines", "rec", "--batch", "10"]
+    running = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: query(lines, "SELECT COALESCE(MAX(ROWS_DONE), 0) FROM EVENT_BACKFILL")[0][0] >= 100)
+    running.send_signal(stop)
+    _, said = running.communicate(timeout=60)
+    (done,) = query(lines, "SELECT ROWS_DONE FROM EVENT_BACKFILL")[0]
+    assert running.returncode == 1 and said.splitlines()[-1] == (
+        f"Error: the backfill of LINES for rec stopped at {done:,} of {total:,} rows: "
+        "run the same command again to go on"
+    ), said
+    assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(done,)]
+    assert f"{done:,}/{total:,} rows ({100 * done / total:.0f}%), stopped " in subs.ok("status")
+    assert f"from {total:,} row(s)" in subs.ok("backfill", "lines", "rec", "--batch", "5000")
+    keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
+    assert len(keys) == total and set(keys.values()) == {1}
+
+
 MOVED_ON = (
     "Error: this backfill of LINES changed under this run (another run or a --restart moved it on); "
     "this run stops: `subs status` shows where it stands"

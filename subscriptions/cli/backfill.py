@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import click
 
+from subscriptions.delivery.lifeline import stop_signals
 from subscriptions.ops.backfill import Progress, backfill
 
 from . import cli, open_database
@@ -76,6 +81,32 @@ class _Display:
             self.bar.__exit__(None, None, None)
 
 
+@contextlib.contextmanager
+def _stop_between_chunks() -> Iterator[Callable[[], bool]]:
+    """Have the first stop signal (SIGTERM, SIGINT, SIGHUP: ``stop_signals``)
+    stop the run after its chunk, with a line that says where it stands, and
+    a second one at once. Set after the attach: the client library takes
+    SIGINT and SIGTERM over as it starts and, on either, shuts its engine
+    down under the run (then calls the handler it replaced), which then
+    fails with "connection shutdown". Main thread only."""
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = {signum: signal.signal(signum, stop) for signum in stop_signals()}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 @cli.command(name="backfill")
 @click.argument("table")
 @click.argument("tag")
@@ -94,9 +125,20 @@ def backfill_command(ctx: click.Context, table: str, tag: str, where: str | None
     """Deliver the rows already in TABLE to its insert subscription for TAG,
     as insert events, in primary-key order; a run that was stopped goes on
     where it stopped."""
+    db = open_database(ctx)
     display = _Display(sys.stderr)
     try:
-        state = backfill(open_database(ctx), table, tag, where=where, chunk=chunk, restart=restart, progress=display)
+        with _stop_between_chunks() as stop_requested:
+            state = backfill(
+                db,
+                table,
+                tag,
+                where=where,
+                chunk=chunk,
+                restart=restart,
+                progress=display,
+                stop_requested=stop_requested,
+            )
     finally:
         display.close()
     resumed = " (resumed)" if state.resumed else ""

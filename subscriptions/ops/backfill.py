@@ -80,18 +80,20 @@ def backfill(
     chunk: int = 1000,
     restart: bool = False,
     progress: Callable[[Progress], None] = lambda _: None,
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> Progress:
     """Deliver ``table_typed``'s rows (those ``where`` selects) to its
     insert subscription for ``tag``; resumes an unfinished run of the same
-    ``where`` unless ``restart``. Calls ``progress`` after every chunk.
-    Follows the application's DDL and changes of the subscription's --when
-    condition from the next chunk on."""
+    ``where`` unless ``restart``. Calls ``progress`` after every chunk, and
+    stops between two chunks when ``stop_requested()``. Follows the
+    application's DDL and changes of the subscription's --when condition
+    from the next chunk on."""
     check_tag(tag)
     condition = check_condition(where, "--where", "the table's columns") if where is not None else None
     plan = _plan(db, table_typed, tag, condition, restart)
     _mark_running(db, plan.sub_id)
     try:
-        return _chunks(db, plan, table_typed, condition, chunk, progress)
+        return _chunks(db, plan, table_typed, condition, chunk, progress, stop_requested)
     finally:
         with contextlib.suppress(DatabaseError):  # a lost connection took the mark with it
             _mark_running(db, None)
@@ -104,6 +106,7 @@ def _chunks(
     condition: str | None,
     chunk: int,
     progress: Callable[[Progress], None],
+    stop_requested: Callable[[], bool],
 ) -> Progress:
     """The run's chunks up to the last, made again from where the run
     stands whenever the table or the subscription changed shape."""
@@ -112,6 +115,11 @@ def _chunks(
     started = time.monotonic()
     last_key = plan.last_key
     while not state.finished:
+        if stop_requested():
+            raise SubsError(
+                f"the backfill of {plan.table.name} for {tag} stopped at {state.rows_done:,} of "
+                f"{state.rows_total:,} rows: run the same command again to go on"
+            )
         text, parameters = (
             (plan.first_chunk, [chunk]) if last_key is None else (plan.next_chunk, [chunk, *_key(plan, last_key)])
         )
