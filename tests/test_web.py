@@ -228,6 +228,24 @@ def test_subscriptions_show_the_listeners_that_take_their_tag(items, tmp_path: P
     assert '<td id="listening-2" class="">-</td>' in page  # nothing waits
 
 
+def test_subscriptions_show_their_last_backfill(items, web: Console) -> None:
+    insert(items, 1, 30)
+    execute(items, "DELETE FROM EVENT_LOG")  # the inserts' own events
+    Subs(items).ok("backfill", "items", "rec", "--batch", "10")
+    (inserts,) = [row for row in web.get_json("/api/subscriptions") if row["action"] == "I"]
+    assert {key: inserts["backfill"][key] for key in ("rows_done", "rows_total", "events", "finished", "running")} == {
+        "rows_done": 30,
+        "rows_total": 30,
+        "events": 30,
+        "finished": True,
+        "running": False,
+    }
+    assert '<div class="backfill" id="backfill-1">backfill: done 30 rows</div>' in web.get_text("/figures")
+    execute(items, "UPDATE EVENT_BACKFILL SET FINISHED_AT = NULL, ROWS_DONE = 10, ROWS_TOTAL = 30")
+    assert "backfill: 10/30 rows (33%), stopped " in web.get_text("/figures")
+    assert 'id="backfill-2"' not in web.get_text("/figures")  # an update subscription takes none
+
+
 def test_events_are_listed_by_state_and_subscription_in_keyset_pages(items, web: Console) -> None:
     insert(items, 1, 120)
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID <= 30")

@@ -70,6 +70,11 @@ class Console:
         assert status == 200, (status, body)
         return json.loads(body)
 
+    def get_text(self, path: str) -> str:
+        status, _, body = self.request("GET", path)
+        assert status == 200, (status, body)
+        return body.decode()
+
     def post_json(self, path: str) -> tuple[int, dict]:
         status, _, body = self.request("POST", path)
         return status, json.loads(body)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from firebird.driver import Cursor
@@ -27,6 +27,8 @@ from subscriptions.delivery.metrics import queue_depths
 from subscriptions.delivery.serving import consumers, listening_modes
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID
+
+from .status import BackfillStatus, backfills
 
 # Counts stop here and show as "1,000+": a refresh walks at most this many
 # live and dead events per subscription (benchmark W9 keeps it flat).
@@ -61,9 +63,14 @@ class SubscriptionSummary:
     capture: str  # drift.OK, what is wrong with the capture, or "removed"
     listening: str = "-"  # the live listeners that take its tag (serving.listening_modes)
     at_least: tuple[str, ...] = ()
+    backfill: BackfillStatus | None = None  # its last `subs backfill` run
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "at_least": list(self.at_least)}
+        return {
+            **self.__dict__,
+            "at_least": list(self.at_least),
+            "backfill": None if self.backfill is None else asdict(self.backfill),
+        }
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,7 @@ def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[Subscriptio
     depths = queue_depths(cursor, max_counted)
     states = capture_states(cursor, {depth.table for depth in depths if depth.active})
     listeners = consumers(cursor)
+    runs = backfills(cursor)
     return [
         SubscriptionSummary(
             id=depth.sub_id,
@@ -143,6 +151,7 @@ def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[Subscriptio
             listening=listening_modes(listener for listener in listeners if depth.active and listener.takes(depth.tag)),
             at_least=(("pending", "in_flight", "failed") if depth.live_more else ())
             + (("dead",) if depth.dead_more else ()),
+            backfill=runs.get(depth.sub_id),
         )
         for depth in depths
     ]

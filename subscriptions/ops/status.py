@@ -46,6 +46,17 @@ class BackfillStatus:
         return f"{stands}, stopped {describe_age(self.seconds_since_update)} ago"
 
 
+def backfills(cursor: Cursor) -> dict[int, BackfillStatus]:
+    """The last backfill run of each insert subscription that had one."""
+    cursor.execute(sql.load("status")["backfills"])
+    return {
+        sub_id: BackfillStatus(
+            int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, bool(running)
+        )
+        for sub_id, done, total, events, finished, age, running in cursor.fetchall()
+    }
+
+
 @dataclass(frozen=True)
 class SubscriptionStatus:
     sub_id: int
@@ -110,13 +121,7 @@ def read_status(settings: ConnectionSettings) -> Status:
             rows = cursor.fetchall()
             states = capture_states(cursor, {row[1] for row in rows if row[4]})  # active ones
             listeners = consumers(cursor)
-            cursor.execute(sql.load("status")["backfills"])
-            backfills = {
-                sub_id: BackfillStatus(
-                    int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, bool(running)
-                )
-                for sub_id, done, total, events, finished, age, running in cursor.fetchall()
-            }
+            runs = backfills(cursor)
             open_transaction = long_open_transaction(cursor)
     subscriptions = [
         SubscriptionStatus(
@@ -132,7 +137,7 @@ def read_status(settings: ConnectionSettings) -> Status:
             dead=dead,
             oldest_pending_age=None if oldest_ms is None else float(oldest_ms) / 1000,
             capture=states[table] if active else "removed",
-            backfill=backfills.get(sub_id),
+            backfill=runs.get(sub_id),
             listeners=tuple(listener for listener in listeners if active and listener.takes(tag)),
         )
         for sub_id, table, action, tag, active, paused, live, in_flight, failed, dead, oldest_ms in rows
