@@ -245,6 +245,28 @@ def test_a_stop_signal_ends_the_run_after_its_chunk(lines, subs: Subs, stop: sig
     assert len(keys) == total and set(keys.values()) == {1}
 
 
+def test_a_lost_connection_stops_the_run_saying_where_it_stands(lines, subs: Subs) -> None:
+    """A server restart under a run failed it with "database error:
+    connection shutdown", which said nothing of the backfill."""
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+
+    def cut_after_the_first_chunk(progress) -> None:
+        if progress.rows_this_run == 500:
+            execute(lines, "DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID = ?", params=(attachment,))
+
+    with Database(lines) as db:
+        attachment = db.fetch_value("SELECT CURRENT_CONNECTION FROM RDB$DATABASE")
+        with pytest.raises(SubsError) as lost:
+            backfill(db, "lines", "rec", chunk=500, progress=cut_after_the_first_chunk)
+    said = str(lost.value)
+    assert said.startswith("the backfill of LINES for rec lost its connection (") and said.endswith(
+        f") after 500 of {ROWS:,} rows: run the same command again to go on"
+    ), said
+    assert "(resumed)" in subs.ok("backfill", "lines", "rec")
+    keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
+    assert len(keys) == ROWS and set(keys.values()) == {1}
+
+
 MOVED_ON = (
     "Error: this backfill of LINES changed under this run (another run or a --restart moved it on); "
     "this run stops: `subs status` shows where it stands"

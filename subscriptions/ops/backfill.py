@@ -26,7 +26,7 @@ from subscriptions.capture.names import check_condition, check_tag
 from subscriptions.capture.values import decode
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, fetch_all, read_text
-from subscriptions.db.errors import first_line, is_conflict
+from subscriptions.db.errors import first_line, is_conflict, is_connection_lost
 from subscriptions.db.retry import Backoff
 from subscriptions.errors import SubsError
 
@@ -123,10 +123,18 @@ def _chunks(
         text, parameters = (
             (plan.first_chunk, [chunk]) if last_key is None else (plan.next_chunk, [chunk, *_key(plan, last_key)])
         )
-        outcome = _run_chunk(db, plan, state.rows_done, text, parameters, chunk)
-        if outcome is None:  # the table or the subscription changed: make the chunk statements again
-            plan = _plan(db, table_typed, tag, condition, restart=False, going_on_at=state.rows_done)
-            continue
+        try:
+            outcome = _run_chunk(db, plan, state.rows_done, text, parameters, chunk)
+            if outcome is None:  # the table or the subscription changed: make the chunk statements again
+                plan = _plan(db, table_typed, tag, condition, restart=False, going_on_at=state.rows_done)
+                continue
+        except DatabaseError as exc:
+            if not is_connection_lost(exc):
+                raise
+            raise SubsError(  # the chunk in flight may have committed: "after", not "at"
+                f"the backfill of {plan.table.name} for {tag} lost its connection ({first_line(exc)}) after "
+                f"{state.rows_done:,} of {state.rows_total:,} rows: run the same command again to go on"
+            ) from None
         rows, events, key = outcome
         last_key = key if key is not None else last_key
         state = Progress(
