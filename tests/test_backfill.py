@@ -213,9 +213,30 @@ def test_a_killed_run_goes_on_where_it_stopped(lines, subs: Subs) -> None:
     # events' blobs from the Firebird 3 server takes 10 s).
     keys = Counter(key for (key,) in query(lines, "SELECT PK_ROW FROM EVENT_LOG"))
     assert len(keys) == total and set(keys.values()) == {1}
-    again = subs.ok("backfill", "lines", "rec")
+    again = subs.ok("backfill", "lines", "rec", "--restart")
     assert "(resumed)" not in again
     assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(2 * total,)]
+
+
+def test_a_finished_backfill_is_not_done_again_without_restart(lines, subs: Subs) -> None:
+    """The same command run again after a finished run (a nightly job under
+    `timeout`, resuming until done) started over and delivered every row
+    again. It now does nothing and says so; --restart starts over, and
+    another --where is another backfill."""
+    execute(lines, "DELETE FROM EVENT_LOG")  # the inserts' own events
+    subs.ok("backfill", "lines", "rec")
+    before = state(lines)
+    assert subs.ok("backfill", "lines", "rec") == (
+        f"the backfill of LINES for rec is done ({ROWS:,} row(s), {ROWS:,} event(s)): nothing to do; "
+        "add --restart to deliver every row again\n"
+    )
+    assert state(lines) == before
+    assert f"{ROWS:,} event(s) from" in subs.ok("backfill", "lines", "rec", "--restart")
+    assert query(lines, "SELECT COUNT(*) FROM EVENT_LOG") == [(2 * ROWS,)]
+    assert "backfilled LINES for rec: 30 event(s)" in subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 10")
+    assert subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 10").startswith(
+        "the backfill of LINES for rec with --where 'ORDER_NO < 10' is done (30 row(s), 30 event(s)): nothing to do"
+    )
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -119,12 +119,18 @@ def _stop_between_chunks() -> Iterator[Callable[[], bool]]:
     show_default=True,
     help="Rows per chunk; each chunk is one short transaction.",
 )
-@click.option("--restart", is_flag=True, help="Start over instead of going on from an unfinished run.")
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Deliver every row from the first, even after an unfinished run (which goes on) or a finished one "
+    "(which is not done again).",
+)
 @click.pass_context
 def backfill_command(ctx: click.Context, table: str, tag: str, where: str | None, chunk: int, restart: bool) -> None:
     """Deliver the rows already in TABLE to its insert subscription for TAG,
     as insert events, in primary-key order; a run that was stopped goes on
-    where it stopped."""
+    where it stopped, and one that is done is not done again without
+    --restart."""
     db = open_database(ctx)
     display = _Display(sys.stderr)
     try:
@@ -141,6 +147,13 @@ def backfill_command(ctx: click.Context, table: str, tag: str, where: str | None
             )
     finally:
         display.close()
+    if state.done_before:
+        selection = f" with --where {where!r}" if where else ""
+        click.echo(
+            f"the backfill of {state.table} for {state.tag}{selection} is done ({state.rows_done:,} row(s), "
+            f"{state.events:,} event(s)): nothing to do; add --restart to deliver every row again"
+        )
+        return
     resumed = " (resumed)" if state.resumed else ""
     click.echo(
         f"backfilled {state.table} for {state.tag}{resumed}: {state.events:,} event(s) from "

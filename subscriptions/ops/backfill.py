@@ -48,6 +48,7 @@ class Progress:
     seconds: float
     finished: bool
     resumed: bool
+    done_before: bool = False  # an earlier run with the same --where did it all: nothing done
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class _Plan:
     events: int
     rows_total: int
     resumed: bool
+    done_before: bool = False
 
 
 @functools.cache
@@ -84,13 +86,18 @@ def backfill(
 ) -> Progress:
     """Deliver ``table_typed``'s rows (those ``where`` selects) to its
     insert subscription for ``tag``; resumes an unfinished run of the same
-    ``where`` unless ``restart``. Calls ``progress`` after every chunk, and
+    ``where`` unless ``restart``, and does nothing when a run with that
+    ``where`` is done (``done_before``: the same command again, a cron job,
+    would deliver every row again). Calls ``progress`` after every chunk, and
     stops between two chunks when ``stop_requested()``. Follows the
     application's DDL and changes of the subscription's --when condition
     from the next chunk on."""
     check_tag(tag)
     condition = check_condition(where, "--where", "the table's columns") if where is not None else None
     plan = _plan(db, table_typed, tag, condition, restart)
+    if plan.done_before:
+        total = max(plan.rows_total, plan.rows_done)
+        return Progress(plan.table.name, tag, plan.rows_done, total, plan.events, 0, 0.0, True, False, True)
     _mark_running(db, plan.sub_id)
     try:
         return _chunks(db, plan, table_typed, condition, chunk, progress, stop_requested)
@@ -226,6 +233,9 @@ def _plan(
         cursor.execute(statements["state"], (sub_id,))
         state = cursor.fetchone()
         resume = state is not None and state[5] is None and not restart
+        if state is not None and state[5] is not None and not restart and read_text(state[0]) == condition:
+            _, last_key, rows_done, events, recorded_total, _ = state
+            return _Plan(sub_id, table, tag, (), "", "", last_key, rows_done, events, int(recorded_total), False, True)
         if going_on_at is not None and not (resume and state[2] == going_on_at):
             raise _moved_on(table.name)
         if resume and read_text(state[0]) != condition:
