@@ -6,11 +6,14 @@ it, the application's included (docs/OPERATIONS.md, "The embedded engine")."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import time
 
 from subscriptions.db.terminal_stop import REFUSED
+from subscriptions.delivery.options import ListenOptions
+from subscriptions.delivery.supervisor import Supervisor
 
 from conftest import wait_until
 from listening import Listener, handled, insert, spawned_children
@@ -111,3 +114,21 @@ def test_closing_its_terminal_stops_a_listener_gracefully_unless_it_runs_under_n
     assert under_nohup.process.poll() is None and "stopping" not in under_nohup.output()
     os.killpg(under_nohup.process.pid, signal.SIGINT)
     assert under_nohup.finish(60) == 0, under_nohup.output()
+
+
+def test_the_supervisors_signal_handler_only_counts_and_its_loop_acts(items, caplog):
+    """The supervisor's handler logged and stopped its claimer itself, as
+    the claimer's did before it nested under a burst of signals until
+    RecursionError; a handler that logs can also meet its stream busy with
+    the write the signal interrupted. It now counts the signal, and the
+    loop, which turns every 0.1 s, acts on it."""
+    supervisor = Supervisor(ListenOptions(settings=items))
+    with caplog.at_level(logging.INFO, logger="subs"):
+        supervisor._signal(signal.SIGTERM, None)
+        assert (caplog.records, supervisor.stopping) == ([], False)
+        supervisor._act_on_signals()
+        assert supervisor.stopping and caplog.messages == ["stopping: letting handlers finish (up to 30.0s)"]
+        supervisor._signal(signal.SIGINT, None)
+        supervisor._signal(signal.SIGHUP, None)
+        supervisor._act_on_signals()
+    assert caplog.messages[1:] == ["second signal: stopping workers at once"] * 2

@@ -82,6 +82,8 @@ class Supervisor:
     metrics: Metrics = field(default_factory=Metrics)
     stopping: bool = False
     deadline: float = 0.0
+    signals: int = 0  # stop signals received (``_signal``)
+    signals_seen: int = 0  # of which ``_act_on_signals`` acted on
 
     def __post_init__(self) -> None:
         self.context = multiprocessing.get_context("spawn")
@@ -234,16 +236,27 @@ class Supervisor:
                 process.kill()
 
     def _signal(self, signum: int, frame: object) -> None:
-        if self.stopping:
-            log.warning("second signal: stopping workers at once")
+        """Only counts the signal; run()'s loop acts on it within 0.1 s. The
+        handler runs in the main thread between two of its steps, or inside
+        a write the signal interrupted: one that logs can meet its own
+        stream busy (RuntimeError, "reentrant call"), and a burst of signals
+        nests such handlers (the claimer's did, until RecursionError)."""
+        self.signals += 1
+
+    def _act_on_signals(self) -> None:
+        """The first stop signal stops the claimer gracefully, each later one at once."""
+        while self.signals_seen < self.signals:
+            self.signals_seen += 1
+            if self.signals_seen > 1:
+                log.warning("second signal: stopping workers at once")
+                for process in self._alive():
+                    process.kill()
+                continue
+            log.info("stopping: letting handlers finish (up to %ss)", self.options.grace)
+            self.stopping = True
+            self.deadline = time.monotonic() + self.options.grace
             for process in self._alive():
-                process.kill()
-            return
-        log.info("stopping: letting handlers finish (up to %ss)", self.options.grace)
-        self.stopping = True
-        self.deadline = time.monotonic() + self.options.grace
-        for process in self._alive():
-            process.terminate()
+                process.terminate()
 
     def _reap_orphans(self) -> None:
         """At once: a zombie holds its locks on an embedded database."""
@@ -356,6 +369,7 @@ class Supervisor:
             for thread in threads:
                 thread.start()
             while True:
+                self._act_on_signals()
                 self._collect_reports()
                 for index, process in enumerate(self.workers):
                     if process is not None and not process.is_alive():
@@ -372,6 +386,7 @@ class Supervisor:
                     for process in self._alive():
                         process.kill()
                 time.sleep(0.1)
+            self._act_on_signals()  # one that came in the last turn: a --drain then says it was stopped
             self._collect_reports()
             if self.stopping:
                 done = self.metrics.totals()
