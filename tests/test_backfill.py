@@ -525,6 +525,22 @@ def test_status_shows_the_backfill(lines, subs: Subs) -> None:
     assert row["backfill"]["rows_done"] == ROWS and row["backfill"]["finished"]
 
 
+def test_a_user_who_may_not_see_every_attachment_is_not_told_a_run_stopped(lines, subs: Subs, make_user) -> None:
+    """MON$ shows a user other than SYSDBA, the owner and RDB$ADMIN only its
+    own attachments: to it a running backfill of another user's looked
+    stopped ("stopped 0.0s ago" while its rows went on, by hand on the
+    Firebird 3 server). It is told when the run was last updated instead."""
+    viewer = make_user("viewer")
+    subs.ok("grant", viewer.user.lower())
+    subs.ok("backfill", "lines", "rec", "--where", "ORDER_NO < 10")
+    execute(lines, "UPDATE EVENT_BACKFILL SET FINISHED_AT = NULL")  # unfinished, and run by nobody
+    assert "30/30 rows (100%), stopped " in subs.ok("status")
+    shown = Subs(viewer).ok("status")
+    assert "30/30 rows (100%), updated " in shown and "stopped" not in shown
+    (row,) = [s for s in json.loads(Subs(viewer).ok("status", "--json")) if s["tag"] == "rec"]
+    assert row["backfill"]["running"] is None
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

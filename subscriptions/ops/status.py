@@ -25,36 +25,39 @@ from .text_table import describe_age
 
 @dataclass(frozen=True)
 class BackfillStatus:
-    """The latest `subs backfill` run of an insert subscription; ``running``
-    when an attachment the user may see in MON$ runs it (its own, or all
-    for SYSDBA, the database's owner and RDB$ADMIN)."""
+    """The latest `subs backfill` run of an insert subscription. ``running``:
+    whether an attachment runs it, as MON$ shows them to the user (all to
+    SYSDBA, the database's owner and RDB$ADMIN); None when no attachment
+    this user sees runs it, but it may not see them all."""
 
     rows_done: int
     rows_total: int
     events: int
     finished: bool
     seconds_since_update: float
-    running: bool
+    running: bool | None
 
     def describe(self) -> str:
         if self.finished:
             return f"done {self.rows_done:,} row{'' if self.rows_done == 1 else 's'}"
         share = 100.0 * self.rows_done / self.rows_total if self.rows_total else 100.0
         stands = f"{self.rows_done:,}/{self.rows_total:,} rows ({share:.0f}%)"
-        if self.running:
-            return f"{stands}, running, updated {describe_age(self.seconds_since_update)} ago"
-        return f"{stands}, stopped {describe_age(self.seconds_since_update)} ago"
+        age = describe_age(self.seconds_since_update)
+        if self.running is None:
+            return f"{stands}, updated {age} ago"
+        return f"{stands}, running, updated {age} ago" if self.running else f"{stands}, stopped {age} ago"
 
 
 def backfills(cursor: Cursor) -> dict[int, BackfillStatus]:
     """The last backfill run of each insert subscription that had one."""
     cursor.execute(sql.load("status")["backfills"])
-    return {
-        sub_id: BackfillStatus(
-            int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, bool(running)
+    runs: dict[int, BackfillStatus] = {}
+    for sub_id, done, total, events, finished, age, seen_running, sees_all in cursor.fetchall():
+        running = True if seen_running else False if sees_all else None
+        runs[sub_id] = BackfillStatus(
+            int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, running
         )
-        for sub_id, done, total, events, finished, age, running in cursor.fetchall()
-    }
+    return runs
 
 
 @dataclass(frozen=True)
