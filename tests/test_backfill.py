@@ -412,6 +412,21 @@ def test_a_when_condition_changed_meanwhile_applies_from_the_next_chunk(lines, s
     assert all(e["new"]["QTY"] >= 500 for e in logged[500:])
 
 
+def test_a_run_that_meets_another_finished_run_as_it_follows_ddl_stops(lines) -> None:
+    """A run that makes its statements again after the application's DDL
+    took a backfill another run had finished meanwhile for one done before
+    it started, whose plan has no statements and no shape: it made them
+    again, and again, for ever."""
+
+    def finished_elsewhere_then_altered() -> None:
+        execute(lines, "UPDATE EVENT_BACKFILL SET FINISHED_AT = LOCALTIMESTAMP")
+        execute(lines, "ALTER TABLE LINES ADD EXTRA INTEGER")
+
+    with pytest.raises(SubsError) as stopped:
+        _backfill_with(lines, finished_elsewhere_then_altered)
+    assert str(stopped.value) == MOVED_ON.removeprefix("Error: ")
+
+
 def test_a_primary_key_changed_meanwhile_stops_the_backfill(lines, subs: Subs) -> None:
     """Walked from the last row done in the new key's order, a run would
     skip rows and log others twice."""

@@ -233,11 +233,11 @@ def _plan(
         cursor.execute(statements["state"], (sub_id,))
         state = cursor.fetchone()
         resume = state is not None and state[5] is None and not restart
+        if going_on_at is not None and not (resume and state[2] == going_on_at):
+            raise _moved_on(table.name)  # another run finished it too
         if state is not None and state[5] is not None and not restart and read_text(state[0]) == condition:
             _, last_key, rows_done, events, recorded_total, _ = state
             return _Plan(sub_id, table, tag, (), "", "", last_key, rows_done, events, int(recorded_total), False, True)
-        if going_on_at is not None and not (resume and state[2] == going_on_at):
-            raise _moved_on(table.name)
         if resume and read_text(state[0]) != condition:
             shown = f"--where {read_text(state[0])!r}" if state[0] is not None else "no --where"
             raise SubsError(
