@@ -8,6 +8,7 @@ must happen before the driver attaches to anything, and only once per process.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import os
@@ -16,10 +17,12 @@ import tempfile
 import threading
 from pathlib import Path
 
-from firebird.driver import fbapi
+from firebird.driver import DatabaseError, core, fbapi
 from firebird.embedded.provider import FirebirdProvider
 
 from subscriptions.errors import SubsError
+
+from .errors import is_connection_lost
 
 # ServerMode=Super (the wheel's default) locks the database file to one
 # process; SuperClassic lets the listener, its workers and `subs` commands
@@ -175,6 +178,19 @@ def _link_tommath_0(lib: Path, loaded: str) -> None:
     os.replace(temporary, link)
 
 
+def _shut_down_at_exit() -> None:
+    """The driver's own exit hook, quiet when the engine is already shut
+    down: the client library's handler of SIGINT and SIGTERM shuts it down
+    itself, and a command stopped so at its attach then ended with a
+    traceback ("Exception ignored in atexit callback ... Engine is
+    shutdown") under its one-line message."""
+    try:
+        core._api_shutdown()
+    except DatabaseError as exc:
+        if not is_connection_lost(exc):
+            raise
+
+
 def load() -> None:
     """Load the client library once per process (idempotent, thread-safe)."""
     with _lock:
@@ -194,3 +210,5 @@ def load() -> None:
         # FIREBIRD pointing elsewhere would bring back ServerMode=Super.
         os.environ["FIREBIRD"] = str(root)
         fbapi.load_api(SharedRuntime(root))
+        atexit.unregister(core._api_shutdown)
+        atexit.register(_shut_down_at_exit)
