@@ -88,11 +88,26 @@ def hangup(disposition: signal.Handlers) -> Iterator[None]:
     nohup starts them, SIG_DFL as a terminal does), whatever this test
     process was started with: under nohup, the test run's own SIG_IGN would
     be inherited. Main thread only."""
-    previous = signal.signal(signal.SIGHUP, disposition)
+    with _started_with(signal.SIGHUP, disposition):
+        yield
+
+
+@contextlib.contextmanager
+def interrupt(disposition: signal.Handlers) -> Iterator[None]:
+    """Start processes meanwhile with SIGINT at ``disposition`` (SIG_DFL as a
+    terminal starts them), whatever this test process has: a shell starts
+    a background job with SIGINT ignored, and a child inherits that."""
+    with _started_with(signal.SIGINT, disposition):
+        yield
+
+
+@contextlib.contextmanager
+def _started_with(signum: signal.Signals, disposition: signal.Handlers) -> Iterator[None]:
+    previous = signal.signal(signum, disposition)
     try:
         yield
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        signal.signal(signum, previous)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,16 @@ May import: every other room.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import click
@@ -56,8 +60,14 @@ class SubsGroup(click.Group):
             click.echo(f"Error: {not_text}", err=True)
             sys.exit(2)
         try:
-            # Without standalone mode click returns ctx.exit()'s code instead of exiting.
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with _stops_noted() as stopped_by:
+                try:
+                    # Without standalone mode click returns ctx.exit()'s code instead of exiting.
+                    code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+                except click.ClickException:
+                    if stopped_by:
+                        raise Terminated if stopped_by[0] == signal.SIGTERM else click.Abort from None
+                    raise
             sys.exit(code if isinstance(code, int) else 0)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
@@ -69,6 +79,9 @@ class SubsGroup(click.Group):
         except click.Abort:
             click.echo("Aborted!", err=True)
             sys.exit(1)
+        except Terminated:
+            click.echo("Error: stopped by SIGTERM before it ended; what it had not committed is rolled back", err=True)
+            sys.exit(1)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -77,6 +90,49 @@ class SubsGroup(click.Group):
             raise click.ClickException(str(exc)) from None
         except DatabaseError as exc:
             raise click.ClickException(f"database error: {first_line(exc)}") from None
+
+
+class Terminated(BaseException):
+    """SIGTERM stopped the command. Not an Exception, as KeyboardInterrupt is
+    not: nothing on the way out may take it for an error to handle."""
+
+
+@contextlib.contextmanager
+def _stops_noted() -> Iterator[list[int]]:
+    """Have SIGTERM stop a command as Ctrl-C does, and note both, where no
+    handler of the command's own takes them over (`subs listen`, `subs web`
+    and `subs backfill` do). The client library takes SIGINT and SIGTERM
+    over at a process's first attach and, on either, shuts its engine down
+    under the command, then calls the handler it replaced: with none for
+    SIGTERM, `kill` of a running `subs purge` failed it with "database
+    error: connection shutdown", which reads as the database's failure, not
+    as a stop. The exception a handler raises in the driver can be replaced
+    by the error of the driver's cleanup: the signals noted still tell.
+    The library's handler still runs first, so a long statement still ends
+    at once. Yields the signals received. Main thread only (CliRunner may
+    call from another)."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        raise Terminated
+
+    ours = {signal.SIGINT: (signal.default_int_handler, interrupt), signal.SIGTERM: (signal.SIG_DFL, terminate)}
+    if threading.current_thread() is not threading.main_thread():
+        ours = {}
+    previous = {signum: signal.getsignal(signum) for signum in ours}
+    taken = [signum for signum, (default, _) in ours.items() if previous[signum] == default]
+    for signum in taken:
+        signal.signal(signum, ours[signum][1])
+    try:
+        yield received
+    finally:
+        for signum in taken:
+            signal.signal(signum, previous[signum])
 
 
 def _not_text(args: Sequence[str]) -> str | None:

@@ -12,7 +12,7 @@ from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import Seconds, app, cli, open_database
+from . import Seconds, Terminated, app, cli, open_database
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
@@ -117,7 +117,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, 
             click.echo(time.strftime("%Y-%m-%d %H:%M:%S"))
             _print_status(ctx, as_json)
             time.sleep(watch)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):
         pass
 
 

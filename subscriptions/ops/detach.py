@@ -31,8 +31,9 @@ def detach(*, pidfile: str, logfile: str) -> None:
     Returns only in the daemon: double fork + setsid (no controlling terminal),
     cwd kept (relative database paths keep working), umask 0o027, stdin from
     /dev/null, stdout/stderr appended to ``logfile`` (0o600). The pidfile is
-    removed at exit; if SIGTERM still has its default action it becomes
-    SystemExit so that removal runs (a listener may install its own handler).
+    removed at exit, and SIGTERM becomes a quiet SystemExit so that removal
+    runs, until the listener installs its own handler (the daemon's stop is
+    not an error, whatever handler the command line had set).
     Call it before loading the Firebird engine and before starting threads.
     """
     pids = PidFile(os.path.abspath(pidfile))
@@ -81,8 +82,7 @@ def _daemonize(pids: PidFile, log_fd: int, report_fd: int) -> None:
         os.write(report_fd, f"error {exc}".encode())
         os._exit(1)
     atexit.register(pids.remove, os.getpid())
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     os.write(report_fd, f"ok {os.getpid()}".encode())
     os.close(report_fd)
 

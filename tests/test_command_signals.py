@@ -1,0 +1,82 @@
+"""How a one-shot command ends on SIGTERM (`kill`, a job's timeout) and
+Ctrl-C, as real `subs` processes against real engines. The client library
+takes both signals over at a process's first attach and shuts its engine
+down under the command; the command must still say it was stopped, not
+that the database failed, and leave the database as it found it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from subscriptions.cli import cli
+
+from conftest import credentials, execute, query, uncommitted, wait_until
+from processes import interrupt
+
+STOPPED = {
+    signal.SIGTERM: "Error: stopped by SIGTERM before it ended; what it had not committed is rolled back",
+    signal.SIGINT: "Aborted!",
+}
+
+
+WAITING_PURGE = (
+    "SELECT COUNT(*) FROM MON$STATEMENTS WHERE MON$STATE > 0 AND MON$SQL_TEXT CONTAINING 'PURGED' "
+    "AND MON$ATTACHMENT_ID <> CURRENT_CONNECTION"
+)
+
+
+def _start(settings, *args: str) -> subprocess.Popen[str]:
+    """`subs ARGS` as a terminal starts it: SIGINT not ignored."""
+    with interrupt(signal.SIG_DFL):
+        return subprocess.Popen(
+            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
+            env={**os.environ, **credentials(settings)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_purge_says_so_and_deletes_nothing(items, stop: signal.Signals) -> None:
+    """SIGTERM failed a running purge with "database error: connection
+    shutdown", which reads as the database's failure; Ctrl-C said
+    "Aborted!" and still does. The purge here waits for a row another
+    transaction holds: a statement in flight, which the stop ends at once."""
+    execute(items, *(f"INSERT INTO ITEMS VALUES ({key}, 'x')" for key in range(1, 4)))
+    execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP")
+    with uncommitted(items, "UPDATE EVENT_LOG SET ATTEMPTS = 6 WHERE EVENT_ID = (SELECT MAX(EVENT_ID) FROM EVENT_LOG)"):
+        running = _start(items, "purge", "--older-than", "0s")
+        wait_until(lambda: query(items, WAITING_PURGE) == [(1,)], what="the purge waiting for the held row")
+        running.send_signal(stop)
+        said, complained = running.communicate(timeout=60)
+    assert (running.returncode, said, complained.strip()) == (1, "", STOPPED[stop])
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(3,)]
+
+
+def test_sigterm_ends_a_status_watch_as_ctrl_c_does(items) -> None:
+    """Quietly, exit 0: it was stopped the way it is meant to stop. It ended
+    with "cannot connect to ...: connection shutdown"."""
+    watching = _start(items, "status", "--watch", "0.5")
+    assert watching.stdout is not None
+    for line in watching.stdout:
+        if "ITEMS" in line:
+            break
+    watching.send_signal(signal.SIGTERM)
+    _, complained = watching.communicate(timeout=60)
+    assert (watching.returncode, complained) == (0, "")
+
+
+def test_a_command_gives_the_signals_back_as_it_found_them(items) -> None:
+    """CliRunner runs commands in the test's own process, which SIGTERM must
+    still end, and whose Ctrl-C must still be Python's."""
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    result = CliRunner().invoke(cli, ["-d", items.dsn, "list"], env=credentials(items))
+    assert result.exit_code == 0, result.output
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
