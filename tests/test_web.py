@@ -6,14 +6,16 @@ filter, one event, actions, statistics) and its bad input."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import pytest
+from reverseproxy import serving as reverse_proxy
 
 from subscriptions.db import sql
 from subscriptions.db.connection import Database, read_only_tpb
@@ -23,7 +25,7 @@ from subscriptions.ops import console
 from conftest import Subs, assert_one_line_error, execute, query, state, uncommitted
 from listening import Listener, insert
 from processes import hangup
-from webconsole import Console
+from webconsole import Console, request
 
 
 @pytest.fixture
@@ -112,6 +114,66 @@ def test_a_cross_site_or_tokenless_form_post_is_refused_and_changes_nothing(item
     assert query(items, "SELECT PAUSED FROM EVENT_SUBSCRIBER WHERE SUB_ID = 1") == [(True,)]
 
 
+def test_a_browser_says_whether_a_post_is_its_own_whatever_a_proxy_did_to_host(items, web: Console) -> None:
+    """Behind a reverse proxy that sends the console's own address as Host
+    (nginx's default), the Origin of the console's own forms is the
+    proxy's, and every action was refused as from another site."""
+    session = _session(web)
+    body = urlencode({"csrf": _csrf(web, session), "next": "/"}).encode()
+    form = {"Cookie": session, "Content-Type": "application/x-www-form-urlencoded", "Origin": "https://ops.example"}
+    for site, status in (("same-site", 403), ("cross-site", 403), ("same-origin", 303)):
+        answer = web.request(
+            "POST", "/api/subscriptions/1/pause", bearer=False, headers={**form, "Sec-Fetch-Site": site}, body=body
+        )
+        assert answer[0] == status, (site, answer)
+    # A browser too old to send Sec-Fetch-Site is judged by its Origin.
+    assert web.request("POST", "/api/subscriptions/1/resume", bearer=False, headers=form, body=body)[0] == 403
+    assert query(items, "SELECT PAUSED FROM EVENT_SUBSCRIBER WHERE SUB_ID = 1") == [(True,)]
+
+
+def test_behind_a_reverse_proxy_under_a_prefix(items, tmp_path: Path) -> None:
+    """Served as nginx's `location /ops/subs/ { proxy_pass
+    http://127.0.0.1:8400/; }` serves it (a real proxy here, which strips the
+    prefix and sends the console's address as Host) with `--root-path`:
+    every link, redirect and cookie carries the prefix, and actions work."""
+    token = "p" * 20
+    console = Console(items, tmp_path, "--root-path", "/ops/subs/", token=token)
+    try:
+        with reverse_proxy(f"{console.host}:{console.port}", "/ops/subs") as base:
+            proxy = urlsplit(base)
+
+            def through(method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple:
+                return request(
+                    proxy.hostname or "", proxy.port or 0, method, "/ops/subs" + path, headers=headers, body=body
+                )
+
+            status, headers, _ = through("GET", f"/events?state=dead&token={token}", {})
+            assert (status, headers["location"]) == (303, "/ops/subs/events?state=dead")
+            assert "Path=/ops/subs/;" in headers["set-cookie"]
+            session = {"Cookie": headers["set-cookie"].split(";")[0], "Accept": "text/html"}
+            status, _, page = through("GET", "/", session)
+            addresses = re.findall(r'(?:href|src|action|hx-get)="([^"]*)"', page.decode())
+            assert status == 200 and len(addresses) > 10
+            assert all(address.startswith("/ops/subs/") for address in addresses), addresses
+            assert through("GET", "/static/console.css", session)[0] == 200
+            csrf = page.decode().split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            form = {
+                **session,
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Origin": f"http://{proxy.netloc}",
+                "Sec-Fetch-Site": "same-origin",
+            }
+            body = urlencode({"csrf": csrf, "next": "/events?state=dead"}).encode()
+            status, headers, _ = through("POST", "/api/subscriptions/1/pause", form, body)
+            assert (status, headers["location"]) == (303, "/ops/subs/events?state=dead")
+            assert "Path=/ops/subs/;" in headers["set-cookie"]
+            assert query(items, "SELECT PAUSED FROM EVENT_SUBSCRIBER WHERE SUB_ID = 1") == [(True,)]
+            status, _, answer = through("GET", "/api/nothing", {"Authorization": f"Bearer {token}"})
+            assert status == 404 and "error" in json.loads(answer)
+    finally:
+        console.stop()
+
+
 def test_only_get_and_post_are_served(web: Console) -> None:
     assert web.request("DELETE", "/api/events/1")[0] == 405
     assert web.request("PUT", "/api/subscriptions/1/pause")[0] == 405
@@ -151,11 +213,15 @@ def test_the_request_log_never_shows_the_token(items, tmp_path: Path) -> None:
         (("--host", "0.0.0.0"), {}, ("--host 0.0.0.0", "--token", "127.0.0.1")),
         (("--token", "short"), {}, ("at least 16 characters",)),
         (("--port", "70000"), {}, ("--port",)),
+        (("--root-path", "subs"), {}, ("--root-path", "'subs' is not a path prefix like /subs")),
+        (("--root-path", "/a/../b"), {}, ("--root-path", "'/a/../b' is not a path prefix")),
+        (("--root-path", "/a b"), {}, ("--root-path", "'/a b' is not a path prefix")),
     ],
 )
 def test_bad_web_options_are_one_line_errors(items, arguments, environment, fragments) -> None:
     result = Subs(items)("web", *arguments, env=environment)
-    assert_one_line_error(result, *fragments, exit_code=2 if "--port" in arguments else 1)
+    usage = "--port" in arguments or "--root-path" in arguments
+    assert_one_line_error(result, *fragments, exit_code=2 if usage else 1)
 
 
 def test_a_port_in_use_is_a_one_line_error(web: Console, items) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from reverseproxy import serving as reverse_proxy
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -169,6 +170,33 @@ def test_pause_and_resume_from_the_overview(items, web: Console, browser: WebDri
     click(browser, By.XPATH, "//tr[@id='subscription-1']//button[text()='Resume']")
     wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is resumed")
     wait_for_text(browser, "#subscription-1 .state", "running")
+
+
+def test_the_console_behind_a_reverse_proxy_under_a_prefix(items, tmp_path: Path, browser: WebDriver) -> None:
+    """Through a real reverse proxy that strips /ops/subs and sends the
+    console's own address as Host (nginx's default), as Chromium sends its
+    requests: links, the figures' refresh and the pause button all work."""
+    token = "r" * 20
+    console = Console(items, tmp_path, "--root-path", "/ops/subs", token=token)
+    try:
+        with reverse_proxy(f"{console.host}:{console.port}", "/ops/subs") as base:
+            browser.delete_all_cookies()
+            browser.get(f"{base}/?token={token}")
+            assert browser.current_url == f"{base}/"
+            wait_for_text(browser, "#pending-1", "0")
+            insert(items, 1, 2)
+            wait_for_text(browser, "#pending-1", "2")  # the figures came through the proxy
+            click(browser, By.CSS_SELECTOR, "#subscription-1 button")
+            wait_for_text(browser, "#notice", "subscription 1 (ITEMS I rec) is paused")
+            assert browser.current_url == f"{base}/"
+            click(browser, By.LINK_TEXT, "Pending")
+            wait_for_text(browser, "h1", "Events")
+            assert browser.current_url == f"{base}/events?state=pending"
+            click(browser, By.LINK_TEXT, "1")
+            wait_for_text(browser, "#event-state", "pending")
+            assert browser.current_url == f"{base}/events/1"
+    finally:
+        console.stop()
 
 
 def test_payloads_render_as_text(settings, tmp_path: Path, browser: WebDriver) -> None:

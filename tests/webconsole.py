@@ -57,13 +57,8 @@ class Console:
     ) -> tuple[int, dict[str, str], bytes]:
         """One request (redirects are not followed); with ``bearer`` it
         carries the token as Authorization: Bearer."""
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
         sent = {**({"Authorization": f"Bearer {self.token}"} if bearer else {}), **(headers or {})}
-        connection.request(method, path, body=body, headers=sent)
-        response = connection.getresponse()
-        answer = (response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
-        connection.close()
-        return answer
+        return request(self.host, self.port, method, path, headers=sent, body=body)
 
     def get_json(self, path: str) -> object:
         status, _, body = self.request("GET", path)
@@ -92,3 +87,17 @@ class Console:
         if self.process.stdout:
             self.process.stdout.close()
         self.log.close()
+
+
+def request(
+    host: str, port: int, method: str, path: str, *, headers: dict[str, str] | None = None, body: bytes | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to host:port (redirects are not followed): status,
+    headers by lower-case name, body."""
+    connection = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()

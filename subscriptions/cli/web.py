@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import socket
 
@@ -14,6 +15,7 @@ from subscriptions.errors import SubsError
 
 from . import app, cli, open_database
 
+_ROOT_PATH = re.compile(r"(/(?!\.+(/|$))[A-Za-z0-9._~-]+)+/?")  # no "." or ".." segment
 INSTALL_HINT = "subs web needs the web extra: pip install 'firebird-subs[web]'"
 
 
@@ -34,6 +36,20 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _checked_root_path(prefix: str) -> str:
+    """``prefix`` as the console's addresses carry it: "" or "/a/b", no
+    trailing slash. Only characters an address carries as they are: the
+    prefix goes into every link."""
+    if not prefix or prefix == "/":
+        return ""
+    if not _ROOT_PATH.fullmatch(prefix):
+        raise click.BadParameter(
+            f"{prefix!r} is not a path prefix like /subs or /ops/subs (letters, digits, '-', '_', '.', '~')",
+            param_hint="--root-path",
+        )
+    return prefix.rstrip("/")
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8400, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
@@ -45,6 +61,13 @@ def _bind(host: str, port: int) -> socket.socket:
 )
 @click.option("--read-only", is_flag=True, help="Show everything, refuse every action (403).")
 @click.option(
+    "--root-path",
+    default="",
+    metavar="PREFIX",
+    help="The path a reverse proxy serves the console under, e.g. /subs: the proxy strips it, "
+    "the console's links carry it.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(logs.LEVELS),
     default="INFO",
@@ -52,7 +75,9 @@ def _bind(host: str, port: int) -> socket.socket:
     help="The least important log lines written (INFO: one per request).",
 )
 @click.pass_context
-def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: bool, log_level: str) -> None:
+def web(
+    ctx: click.Context, host: str, port: int, token: str | None, read_only: bool, root_path: str, log_level: str
+) -> None:
     """Serve the console: subscriptions, events, charts, retry, discard, pause, resume.
 
     On a loopback address without --token, a token is made and the address
@@ -64,6 +89,7 @@ def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: 
         from subscriptions.web.security import Access, generate_token, is_loopback
     except ImportError:
         raise SubsError(INSTALL_HINT) from None
+    root_path = _checked_root_path(root_path)
     if token is not None and len(token) < 16:
         raise SubsError("--token must be at least 16 characters long; a random one is safest")
     if token is None and not is_loopback(host):
@@ -79,12 +105,19 @@ def web(ctx: click.Context, host: str, port: int, token: str | None, read_only: 
     bound_host, bound_port = sock.getsockname()[:2]
     shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
     address = f"http://{shown_host}:{bound_port}/"
-    if generated:
+    shown_token = access.token if generated else "<your token>"
+    if root_path:
+        click.echo(
+            f"subs console: {address} for a proxy that serves it under {root_path}/ "
+            f"(open the proxy's address once with ?token={shown_token})"
+        )
+    elif generated:
         click.echo(f"subs console: {address}?token={access.token}")
     else:
-        click.echo(f"subs console: {address} (open it once with ?token=<your token>)")
+        click.echo(f"subs console: {address} (open it once with ?token={shown_token})")
     config = uvicorn.Config(
         create_app(app(ctx).settings, access),
+        root_path=root_path,
         log_level=logging.WARNING,
         access_log=False,
         log_config=None,

@@ -40,7 +40,7 @@ from subscriptions.schema import version as schema_version
 
 from .attachments import Attachments
 from .charts import chart
-from .security import Access, Guard, Refused, check_csrf, refusal
+from .security import Access, Guard, Refused, check_csrf, cookie_path, refusal, root_path
 
 NOTICE_COOKIE = "subs_notice"
 HTMX = "htmx-2.0.8.min.js"
@@ -160,6 +160,7 @@ class Console:
             request,
             template,
             {
+                "root": root_path(request),
                 "csrf": request.app.state.access.csrf,
                 "read_only": request.app.state.access.read_only,
                 "notice": unquote(notice) if notice else None,
@@ -167,7 +168,7 @@ class Console:
             },
         )
         if notice:
-            response.delete_cookie(NOTICE_COOKIE, path="/")
+            response.delete_cookie(NOTICE_COOKIE, path=cookie_path(request))
         return response
 
     def refused(self, request: Request, status: int, message: str) -> Response:
@@ -299,8 +300,10 @@ class Console:
             message = refused.message
         if "next" not in form:
             return ApiResponse({"message": message})
-        response = RedirectResponse(_local(str(form["next"])), status_code=303)
-        response.set_cookie(NOTICE_COOKIE, quote(message), httponly=True, samesite="strict", path="/", max_age=60)
+        response = RedirectResponse(root_path(request) + _local(str(form["next"])), status_code=303)
+        response.set_cookie(
+            NOTICE_COOKIE, quote(message), httponly=True, samesite="strict", path=cookie_path(request), max_age=60
+        )
         return response
 
 

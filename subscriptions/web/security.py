@@ -96,11 +96,23 @@ class Refused(Exception):
         self.message = message
 
 
+def root_path(request: Request) -> str:
+    """The prefix a reverse proxy serves the console under (`subs web
+    --root-path`), "" without one: the console's own addresses start with it."""
+    return str(request.scope.get("root_path", ""))
+
+
+def cookie_path(request: Request) -> str:
+    """Cookies go to this console's addresses only: two consoles under two
+    prefixes of one host keep their own sessions."""
+    return root_path(request) + "/"
+
+
 def refusal(request: Request, status: int, message: str) -> Response:
     """JSON for the API; for a browser a page in the console's layout (a
     bare line of text left its user without a way back); plain text for
     other clients."""
-    if request.url.path.startswith("/api/"):
+    if request.url.path.removeprefix(root_path(request)).startswith("/api/"):
         return JSONResponse({"error": message}, status_code=status)
     if "text/html" in request.headers.get("accept", ""):
         page: Response = request.app.state.refusal_page(request, status, message)
@@ -124,8 +136,14 @@ def _redacted(request: Request) -> str:
 
 
 def _cross_origin(request: Request) -> bool:
-    if request.headers.get("sec-fetch-site") == "cross-site":
-        return True
+    """A request a browser sent from a page not the console's own. Its
+    Sec-Fetch-Site, which browsers set and pages cannot, says so whatever a
+    reverse proxy did to Host (nginx sends the upstream's address, and the
+    Origin of every form then differed: every action was refused); a browser
+    too old to send it is judged by its Origin against the Host seen here."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
     origin = request.headers.get("origin")
     own = f"{request.url.scheme}://{request.headers.get('host', '')}"
     return origin is not None and origin != own
@@ -163,7 +181,9 @@ class Guard(BaseHTTPMiddleware):
             kept = [(key, value) for key, value in request.query_params.multi_items() if key != "token"]
             target = request.url.path + ("?" + urlencode(kept) if kept else "")
             response = RedirectResponse(target, status_code=303)
-            response.set_cookie(SESSION_COOKIE, access.session, httponly=True, samesite="strict", path="/")
+            response.set_cookie(
+                SESSION_COOKIE, access.session, httponly=True, samesite="strict", path=cookie_path(request)
+            )
             return response
         via = access.authenticated_by(request)
         if via is None:
