@@ -1,5 +1,6 @@
-"""How a one-shot command ends on SIGTERM (`kill`, a job's timeout) and
-Ctrl-C, as real `subs` processes against real engines. The client library
+"""How a one-shot command, and a listener before it serves, ends on
+SIGTERM (`kill`, a job's timeout, systemd) and Ctrl-C, as real `subs`
+processes against real engines. The client library
 takes both signals over at a process's first attach and shuts its engine
 down under the command; the command must still say it was stopped, not
 that the database failed, and leave the database as it found it."""
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -58,6 +60,53 @@ def test_a_stopped_purge_says_so_and_deletes_nothing(items, stop: signal.Signals
         said, complained = running.communicate(timeout=60)
     assert (running.returncode, said, complained.strip()) == (1, "", STOPPED[stop])
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(3,)]
+
+
+SLOW_START = """
+import pathlib, sys, time
+from subscriptions import hookimpl
+
+@hookimpl
+def register_handlers(register, config):
+    register("rec", lambda event, settings: None)
+
+@hookimpl
+def listener_startup(config):
+    pathlib.Path({marker!r}).touch()
+    time.sleep(60)  # a login to a server that does not answer
+"""
+
+
+@pytest.mark.parametrize(
+    ("stop", "drain", "code", "said"),
+    [
+        (signal.SIGTERM, False, 0, "subs listener stopped before it started serving"),
+        (signal.SIGINT, False, 0, "subs listener stopped before it started serving"),
+        (
+            signal.SIGTERM,
+            True,
+            1,
+            "Error: the drain was stopped (SIGTERM, SIGINT or SIGHUP) before it ended; "
+            "the events left wait for the next run",
+        ),
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGTERM-drain"],
+)
+def test_a_listener_stopped_while_it_starts_stops_as_it_would_later(
+    items, tmp_path: Path, stop: signal.Signals, drain: bool, code: int, said: str
+) -> None:
+    """Before the supervisor takes the stop signals over, while a plugin's
+    start-up check waits on a server: SIGTERM (systemd's stop) ended the
+    listener with "Error: database error: connection shutdown" (or killed
+    it, before its first attach) and Ctrl-C with "Aborted!", exit 1."""
+    marker = tmp_path / "starting"
+    plugin = tmp_path / "slow_start.py"
+    plugin.write_text(SLOW_START.format(marker=str(marker)))
+    listening = _start(items, "listen", "--plugin", str(plugin), *(["--drain"] if drain else []))
+    wait_until(marker.exists, what="the plugin's start-up check")
+    listening.send_signal(stop)
+    _, complained = listening.communicate(timeout=30)
+    assert (listening.returncode, complained.splitlines()[-1]) == (code, said), complained
 
 
 def test_sigterm_ends_a_status_watch_as_ctrl_c_does(items) -> None:

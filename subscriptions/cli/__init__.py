@@ -5,23 +5,19 @@ user can fix become one line on stderr (``SubsGroup``: SubsError and engine
 errors exit 1, usage errors exit 2); the commands, by concern, in ``manage``
 (init, add, remove, list, demo), ``listen`` (listen, stop, systemd-unit,
 handlers), ``monitor`` (status, failed, dead, retry, purge), ``backfill``
-and ``web`` (the console).
+and ``web`` (the console); ``stopping``: what SIGTERM and Ctrl-C do.
 
 May import: every other room.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import math
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import click
@@ -35,6 +31,9 @@ from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stor
 from subscriptions.db.terminal_stop import refuse_terminal_stop
 from subscriptions.errors import SubsError
 from subscriptions.schema.version import require_current
+
+from . import stopping
+from .stopping import Terminated, shut_down_by, stops_noted
 
 # Seconds a command waits for rows another transaction holds: subs's own
 # transactions hold them for milliseconds, so a longer wait is for a
@@ -60,14 +59,15 @@ class SubsGroup(click.Group):
             click.echo(f"Error: {not_text}", err=True)
             sys.exit(2)
         try:
-            with _stops_noted() as stopped_by:
+            with stops_noted() as received:
                 try:
                     # Without standalone mode click returns ctx.exit()'s code instead of exiting.
                     code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-                except click.ClickException:
-                    if stopped_by:
-                        raise Terminated if stopped_by[0] == signal.SIGTERM else click.Abort from None
-                    raise
+                except click.ClickException as exc:
+                    stop = shut_down_by(received, exc)
+                    if stop is None:
+                        raise
+                    raise stop from None
             sys.exit(code if isinstance(code, int) else 0)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
@@ -76,7 +76,7 @@ class SubsGroup(click.Group):
         except click.ClickException as exc:
             exc.show()
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except (click.Abort, KeyboardInterrupt):
             click.echo("Aborted!", err=True)
             sys.exit(1)
         except Terminated:
@@ -90,49 +90,6 @@ class SubsGroup(click.Group):
             raise click.ClickException(str(exc)) from None
         except DatabaseError as exc:
             raise click.ClickException(f"database error: {first_line(exc)}") from None
-
-
-class Terminated(BaseException):
-    """SIGTERM stopped the command. Not an Exception, as KeyboardInterrupt is
-    not: nothing on the way out may take it for an error to handle."""
-
-
-@contextlib.contextmanager
-def _stops_noted() -> Iterator[list[int]]:
-    """Have SIGTERM stop a command as Ctrl-C does, and note both, where no
-    handler of the command's own takes them over (`subs listen`, `subs web`
-    and `subs backfill` do). The client library takes SIGINT and SIGTERM
-    over at a process's first attach and, on either, shuts its engine down
-    under the command, then calls the handler it replaced: with none for
-    SIGTERM, `kill` of a running `subs purge` failed it with "database
-    error: connection shutdown", which reads as the database's failure, not
-    as a stop. The exception a handler raises in the driver can be replaced
-    by the error of the driver's cleanup: the signals noted still tell.
-    The library's handler still runs first, so a long statement still ends
-    at once. Yields the signals received. Main thread only (CliRunner may
-    call from another)."""
-    received: list[int] = []
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        signal.default_int_handler(signum, frame)
-
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        raise Terminated
-
-    ours = {signal.SIGINT: (signal.default_int_handler, interrupt), signal.SIGTERM: (signal.SIG_DFL, terminate)}
-    if threading.current_thread() is not threading.main_thread():
-        ours = {}
-    previous = {signum: signal.getsignal(signum) for signum in ours}
-    taken = [signum for signum, (default, _) in ours.items() if previous[signum] == default]
-    for signum in taken:
-        signal.signal(signum, ours[signum][1])
-    try:
-        yield received
-    finally:
-        for signum in taken:
-            signal.signal(signum, previous[signum])
 
 
 def _not_text(args: Sequence[str]) -> str | None:
@@ -192,6 +149,8 @@ def open_database(ctx: click.Context, *, create: bool = False, current: bool = T
     """Attach to the database named by the global options; closed when the command ends."""
     db = Database(app(ctx).settings, create=create, lock_wait=LOCK_WAIT)
     ctx.call_on_close(db.close)
+    if stopping.requested():  # noted while the driver attached, before the engine could be shut down on it
+        raise Terminated
     if current:
         require_current(db)
     return db

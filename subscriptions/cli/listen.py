@@ -35,7 +35,8 @@ from subscriptions.plugins import (
     unused_tables,
 )
 
-from . import Seconds, app, cli
+from . import Seconds, app, cli, stopping
+from .stopping import Terminated
 
 # Upper bounds on the listener's sizes (on its times: MAX_SECONDS): a batch
 # past an INTEGER crash-looped the claimer, and each worker is a process.
@@ -270,8 +271,17 @@ def listen(
         startup.prepare(options)
         if metrics_server is not None:
             metrics_server.start()
+        if stopping.requested():  # noted while the driver attached: the engine may still run
+            raise Terminated
         supervisor = Supervisor(options, metrics)
         supervisor.run(with_queue_metrics=metrics_server is not None, adopt_orphans=True)
+    except (KeyboardInterrupt, Terminated):
+        # A stop signal before the supervisor took them over (loading plugins,
+        # their start-up checks): a stop, as after, not an error.
+        if drain:
+            raise SubsError(f"the drain {_STOPPED}; the events left wait for the next run") from None
+        click.echo("subs listener stopped before it started serving", err=True)
+        return
     finally:
         if metrics_server is not None:
             metrics_server.close()
@@ -285,12 +295,15 @@ def listen(
         ctx.exit(code)
 
 
+_STOPPED = "was stopped (SIGTERM, SIGINT or SIGHUP) before it ended"
+
+
 def _cut_short(supervisor: Supervisor) -> str | None:
     """How a drain ended before it got through what it could handle, if it did."""
     if supervisor.gave_up:
         return f"was given up: {supervisor.gave_up}"
     if supervisor.stopping:
-        return "was stopped (SIGTERM, SIGINT or SIGHUP) before it ended"
+        return _STOPPED
     return None
 
 

@@ -12,7 +12,8 @@ from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import Seconds, Terminated, app, cli, open_database
+from . import Seconds, app, cli, open_database
+from .stopping import Terminated
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:

@@ -1,0 +1,98 @@
+"""How a command stops on SIGTERM and Ctrl-C where it has no handling of
+its own (`subs listen`, `subs web` and `subs backfill` have theirs).
+
+The client library takes SIGINT and SIGTERM over at a process's first
+attach and, on either, shuts its engine down under the command (a long
+statement ends at once), then calls the handler it replaced. With none of
+ours for SIGTERM, `kill` of a running `subs purge` failed it with
+"database error: connection shutdown", which reads as the database's
+failure, not as a stop.
+
+Here both signals are noted and become an exception, ``Terminated`` or
+KeyboardInterrupt, raised where the main thread is, unless it is inside
+firebird-driver, whose objects an exception between two of its steps leaves
+half-done (a mutex error, tracebacks at exit, in 1 of 30 stopped listener
+starts). There the stop is only noted: the client library has shut the
+engine down, so the driver's call fails with a lost connection, which
+``shut_down_by`` turns into the stop. (Raising it later, from a timer
+signal once the driver was left, gave segmentation faults in stopped
+listener starts.) A stop noted in the driver before the
+library's handler is in place (during the first attach) shut nothing
+down: ``requested()`` tells, and a command asks it once attached
+(``open_database``), `subs listen` before it serves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+from firebird.driver import DatabaseError
+
+from subscriptions.db.errors import is_connection_lost
+
+_DRIVER = "firebird."
+_received: list[int] = []  # the stop signals of this process, in order: signals are the process's
+
+
+class Terminated(BaseException):
+    """SIGTERM stopped the command. Not an Exception, as KeyboardInterrupt is
+    not: nothing on the way out may take it for an error to handle."""
+
+
+def _in_driver(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_DRIVER):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def requested() -> bool:
+    """Whether a stop signal came that was only noted (or raised)."""
+    return bool(_received)
+
+
+@contextlib.contextmanager
+def stops_noted() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM, where they still have Python's defaults, raise
+    KeyboardInterrupt and ``Terminated`` outside the driver, and are noted.
+    Yields the stop signals received, in order. Main thread only: elsewhere
+    (CliRunner may run a command on another thread) it changes nothing."""
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield _received
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        _received.append(signum)
+        if not _in_driver(frame):
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous = {signum: signal.getsignal(signum) for signum in defaults}
+    taken = [signum for signum, default in defaults.items() if previous[signum] == default]
+    for signum in taken:
+        signal.signal(signum, stop)
+    try:
+        yield _received
+    finally:
+        for signum in taken:
+            signal.signal(signum, previous[signum])
+
+
+def shut_down_by(received: list[int], exc: BaseException) -> BaseException | None:
+    """The stop to report instead of ``exc``, when ``exc`` comes of a lost
+    connection after a stop signal: of the engine the client library shut
+    down on it, before the stop itself could be raised."""
+    if not received:
+        return None
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, DatabaseError) and is_connection_lost(cause):
+            return Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
+        cause = cause.__cause__ or cause.__context__
+    return None
