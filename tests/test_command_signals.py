@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from firebird.driver import DatabaseError
 
 from subscriptions.cli import cli
+from subscriptions.cli.stopping import stops_noted
 
 from conftest import credentials, execute, query, uncommitted, wait_until
 from processes import interrupt
@@ -129,3 +131,33 @@ def test_a_command_gives_the_signals_back_as_it_found_them(items) -> None:
     result = CliRunner().invoke(cli, ["-d", items.dsn, "list"], env=credentials(items))
     assert result.exit_code == 0, result.output
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_after_a_stop_the_drivers_objects_freed_on_a_lost_connection_say_nothing() -> None:
+    """A driver object freed after the library shut the engine down fails
+    to free its handle (Statement.__del__: "connection shutdown"), and
+    Python printed that as "Exception ignored in ..." with a traceback under
+    the command's one line (1 `status --watch` stopped in 70). Other
+    errors in a __del__ are still shown."""
+
+    class Freed:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def __del__(self) -> None:
+            raise self.error
+
+    lost = DatabaseError("connection shutdown", gds_codes=(335544856,))
+    shown: list[BaseException | None] = []
+    before, sys.unraisablehook = sys.unraisablehook, lambda unraisable: shown.append(unraisable.exc_value)
+    try:
+        with stops_noted() as received:
+            Freed(lost)
+            assert shown == [lost]
+            received.append(signal.SIGTERM)
+            Freed(lost)
+            assert shown == [lost]
+            Freed(bug := ValueError("a bug"))
+            assert shown == [lost, bug]
+    finally:
+        sys.unraisablehook = before

@@ -5,14 +5,16 @@ from __future__ import annotations
 import time
 
 import click
+from firebird.driver import DatabaseError
 
 from subscriptions.config import MAX_SECONDS
+from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
 from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
-from . import Seconds, app, cli, open_database
+from . import Seconds, app, cli, open_database, stopping
 from .stopping import Terminated
 
 
@@ -113,13 +115,17 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, 
         _print_status(ctx, as_json)
         return
     try:
-        while True:
+        while not stopping.requested():
             click.clear()
             click.echo(time.strftime("%Y-%m-%d %H:%M:%S"))
             _print_status(ctx, as_json)
-            time.sleep(watch)
+            if not stopping.requested():
+                time.sleep(watch)
     except (KeyboardInterrupt, Terminated):
         pass
+    except (SubsError, DatabaseError):
+        if not stopping.requested():  # a refresh the stop cut short (stopping.py): a stop, too
+            raise
 
 
 def _print_problems(ctx: click.Context, kind: str, as_json: bool, limit: int) -> None:

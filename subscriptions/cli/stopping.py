@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -60,8 +61,11 @@ def requested() -> bool:
 def stops_noted() -> Iterator[list[int]]:
     """SIGINT and SIGTERM, where they still have Python's defaults, raise
     KeyboardInterrupt and ``Terminated`` outside the driver, and are noted.
-    Yields the stop signals received, in order. Main thread only: elsewhere
-    (CliRunner may run a command on another thread) it changes nothing."""
+    After one, the driver's objects that are freed meet the engine the
+    library shut down, and their "Exception ignored in ... __del__" lost
+    connections are not shown. Yields the stop signals received, in order.
+    Main thread only: elsewhere (CliRunner may run a command on another
+    thread) it changes nothing."""
     _received.clear()
     if threading.current_thread() is not threading.main_thread():
         yield _received
@@ -72,16 +76,24 @@ def stops_noted() -> Iterator[list[int]]:
         if not _in_driver(frame):
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    def unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+        value = unraisable.exc_value
+        if not (_received and isinstance(value, DatabaseError) and is_connection_lost(value)):
+            previous_hook(unraisable)
+
     defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
     previous = {signum: signal.getsignal(signum) for signum in defaults}
     taken = [signum for signum, default in defaults.items() if previous[signum] == default]
     for signum in taken:
         signal.signal(signum, stop)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield _received
     finally:
         for signum in taken:
             signal.signal(signum, previous[signum])
+        if not _received:  # after a stop, driver objects freed at exit meet the engine shut down
+            sys.unraisablehook = previous_hook
 
 
 def shut_down_by(received: list[int], exc: BaseException) -> BaseException | None:
