@@ -53,7 +53,7 @@ def _in_driver(frame: FrameType | None) -> bool:
 
 
 def requested() -> bool:
-    """Whether a stop signal came that was only noted (or raised)."""
+    """Whether a stop signal came since the command started, raised or only noted."""
     return bool(_received)
 
 
