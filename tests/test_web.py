@@ -131,6 +131,23 @@ def test_a_browser_says_whether_a_post_is_its_own_whatever_a_proxy_did_to_host(i
     assert query(items, "SELECT PAUSED FROM EVENT_SUBSCRIBER WHERE SUB_ID = 1") == [(True,)]
 
 
+def test_cookies_are_secure_when_a_tls_proxy_says_the_browser_came_over_https(web: Console) -> None:
+    """A TLS proxy on this host that sends X-Forwarded-Proto (which uvicorn
+    believes from this host): the session and notice cookies are Secure, so
+    the browser never sends them over plain http. Without it, over plain
+    http, they cannot be."""
+    over_tls = {"X-Forwarded-Proto": "https"}
+    _, headers, _ = web.request("GET", f"/?token={web.token}", bearer=False, headers=over_tls)
+    assert "; Secure" in headers["set-cookie"], headers["set-cookie"]
+    session = headers["set-cookie"].split(";")[0]
+    body = urlencode({"csrf": _csrf(web, session), "next": "/"}).encode()
+    form = {**over_tls, "Cookie": session, "Content-Type": "application/x-www-form-urlencoded"}
+    _, headers, _ = web.request("POST", "/api/subscriptions/1/pause", bearer=False, headers=form, body=body)
+    assert headers["set-cookie"].startswith("subs_notice=") and "; Secure" in headers["set-cookie"]
+    _, headers, _ = web.request("GET", f"/?token={web.token}", bearer=False)
+    assert "Secure" not in headers["set-cookie"]
+
+
 def test_behind_a_reverse_proxy_under_a_prefix(items, tmp_path: Path) -> None:
     """Served as nginx's `location /ops/subs/ { proxy_pass
     http://127.0.0.1:8400/; }` serves it (a real proxy here, which strips the

@@ -40,7 +40,7 @@ from subscriptions.schema import version as schema_version
 
 from .attachments import Attachments
 from .charts import chart
-from .security import Access, Guard, Refused, check_csrf, cookie_path, refusal, root_path
+from .security import Access, Guard, Refused, check_csrf, refusal, root_path, set_cookie
 
 NOTICE_COOKIE = "subs_notice"
 HTMX = "htmx-2.0.8.min.js"
@@ -168,7 +168,7 @@ class Console:
             },
         )
         if notice:
-            response.delete_cookie(NOTICE_COOKIE, path=cookie_path(request))
+            set_cookie(response, request, NOTICE_COOKIE, "", max_age=0)  # shown once
         return response
 
     def refused(self, request: Request, status: int, message: str) -> Response:
@@ -301,9 +301,7 @@ class Console:
         if "next" not in form:
             return ApiResponse({"message": message})
         response = RedirectResponse(root_path(request) + _local(str(form["next"])), status_code=303)
-        response.set_cookie(
-            NOTICE_COOKIE, quote(message), httponly=True, samesite="strict", path=cookie_path(request), max_age=60
-        )
+        set_cookie(response, request, NOTICE_COOKIE, quote(message), max_age=60)
         return response
 
 

@@ -102,10 +102,21 @@ def root_path(request: Request) -> str:
     return str(request.scope.get("root_path", ""))
 
 
-def cookie_path(request: Request) -> str:
-    """Cookies go to this console's addresses only: two consoles under two
-    prefixes of one host keep their own sessions."""
-    return root_path(request) + "/"
+def set_cookie(response: Response, request: Request, name: str, value: str, max_age: int | None = None) -> None:
+    """A cookie for this console's addresses only (two consoles under two
+    prefixes of one host keep their own sessions), HttpOnly, SameSite=Strict,
+    and Secure when the browser came over https (a TLS proxy that says so in
+    X-Forwarded-Proto: uvicorn believes it from this host, FORWARDED_ALLOW_IPS).
+    ``max_age`` 0 deletes it."""
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=root_path(request) + "/",
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
 
 
 def refusal(request: Request, status: int, message: str) -> Response:
@@ -181,9 +192,7 @@ class Guard(BaseHTTPMiddleware):
             kept = [(key, value) for key, value in request.query_params.multi_items() if key != "token"]
             target = request.url.path + ("?" + urlencode(kept) if kept else "")
             response = RedirectResponse(target, status_code=303)
-            response.set_cookie(
-                SESSION_COOKIE, access.session, httponly=True, samesite="strict", path=cookie_path(request)
-            )
+            set_cookie(response, request, SESSION_COOKIE, access.session)
             return response
         via = access.authenticated_by(request)
         if via is None:
