@@ -59,12 +59,12 @@ class SubsGroup(click.Group):
             click.echo(f"Error: {not_text}", err=True)
             sys.exit(2)
         try:
-            with stops_noted() as received:
+            with stops_noted():
                 try:
                     # Without standalone mode click returns ctx.exit()'s code instead of exiting.
                     code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
                 except click.ClickException as exc:
-                    stop = shut_down_by(received, exc)
+                    stop = shut_down_by(exc)
                     if stop is None:
                         raise
                     raise stop from None

@@ -36,7 +36,7 @@ from subscriptions.plugins import (
 )
 
 from . import Seconds, app, cli, stopping
-from .stopping import Terminated
+from .stopping import Terminated, shut_down_by
 
 # Upper bounds on the listener's sizes (on its times: MAX_SECONDS): a batch
 # past an INTEGER crash-looped the claimer, and each worker is a process.
@@ -275,9 +275,12 @@ def listen(
             raise Terminated
         supervisor = Supervisor(options, metrics)
         supervisor.run(with_queue_metrics=metrics_server is not None, adopt_orphans=True)
-    except (KeyboardInterrupt, Terminated):
+    except (KeyboardInterrupt, Terminated, SubsError, DatabaseError) as exc:
         # A stop signal before the supervisor took them over (loading plugins,
-        # their start-up checks): a stop, as after, not an error.
+        # their start-up checks): a stop, as after, not an error; and so is a
+        # lost connection after one, of the engine the client library shut down.
+        if isinstance(exc, (SubsError, DatabaseError)) and shut_down_by(exc) is None:
+            raise
         if drain:
             raise SubsError(f"the drain {_STOPPED}; the events left wait for the next run") from None
         click.echo("subs listener stopped before it started serving", err=True)

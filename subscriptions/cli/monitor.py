@@ -15,7 +15,7 @@ from subscriptions.ops.status import drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
 from . import Seconds, app, cli, open_database, stopping
-from .stopping import Terminated
+from .stopping import Terminated, shut_down_by
 
 
 def _print_status(ctx: click.Context, as_json: bool) -> None:
@@ -123,8 +123,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, 
                 time.sleep(watch)
     except (KeyboardInterrupt, Terminated):
         pass
-    except (SubsError, DatabaseError):
-        if not stopping.requested():  # a refresh the stop cut short (stopping.py): a stop, too
+    except (SubsError, DatabaseError) as exc:
+        if shut_down_by(exc) is None:  # not a refresh a stop cut short (stopping.py)
             raise
 
 

@@ -62,8 +62,9 @@ def stops_noted() -> Iterator[list[int]]:
     """SIGINT and SIGTERM, where they still have Python's defaults, raise
     KeyboardInterrupt and ``Terminated`` outside the driver, and are noted.
     After one, the driver's objects that are freed meet the engine the
-    library shut down, and their "Exception ignored in ... __del__" lost
-    connections are not shown. Yields the stop signals received, in order.
+    library shut down (or were left half-made by it), and what their
+    ``__del__`` raises ("Exception ignored in ...", a traceback) is not
+    shown. Yields the stop signals received, in order.
     Main thread only: elsewhere (CliRunner may run a command on another
     thread) it changes nothing."""
     _received.clear()
@@ -77,8 +78,7 @@ def stops_noted() -> Iterator[list[int]]:
             raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
     def unraisable(unraisable: sys.UnraisableHookArgs) -> None:
-        value = unraisable.exc_value
-        if not (_received and isinstance(value, DatabaseError) and is_connection_lost(value)):
+        if not (_received and str(getattr(unraisable.object, "__module__", "")).startswith(_DRIVER)):
             previous_hook(unraisable)
 
     defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -96,15 +96,15 @@ def stops_noted() -> Iterator[list[int]]:
             sys.unraisablehook = previous_hook
 
 
-def shut_down_by(received: list[int], exc: BaseException) -> BaseException | None:
+def shut_down_by(exc: BaseException) -> BaseException | None:
     """The stop to report instead of ``exc``, when ``exc`` comes of a lost
     connection after a stop signal: of the engine the client library shut
     down on it, before the stop itself could be raised."""
-    if not received:
+    if not _received:
         return None
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, DatabaseError) and is_connection_lost(cause):
-            return Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
+            return Terminated() if _received[0] == signal.SIGTERM else KeyboardInterrupt()
         cause = cause.__cause__ or cause.__context__
     return None
