@@ -15,8 +15,8 @@ half-done (a mutex error, tracebacks at exit, in 1 of 30 stopped listener
 starts). There the stop is only noted: the client library has shut the
 engine down, so the driver's call fails with a lost connection, which
 ``shut_down_by`` turns into the stop. (Raising it later, from a timer
-signal once the driver was left, gave segmentation faults in stopped
-listener starts.) A stop noted in the driver before the
+signal once the driver was left, raised it too late: inside the
+supervisor of a listener that had started meanwhile.) A stop noted in the driver before the
 library's handler is in place (during the first attach) shut nothing
 down: ``requested()`` tells, and a command asks it once attached
 (``open_database``), `subs listen` before it serves.
