@@ -1,9 +1,9 @@
 """How a one-shot command, and a listener before it serves, ends on
 SIGTERM (`kill`, a job's timeout, systemd) and Ctrl-C, as real `subs`
-processes against real engines. The client library
-takes both signals over at a process's first attach and shuts its engine
-down under the command; the command must still say it was stopped, not
-that the database failed, and leave the database as it found it."""
+processes against real engines. The client library takes both signals
+over at a process's first attach and shuts its engine down under the
+command; the command must still say it was stopped, not that the
+database failed, and leave the database as it found it."""
 
 from __future__ import annotations
 
@@ -127,10 +127,10 @@ def test_sigterm_ends_a_status_watch_as_ctrl_c_does(items) -> None:
 def test_a_command_gives_the_signals_back_as_it_found_them(items) -> None:
     """CliRunner runs commands in the test's own process, which SIGTERM must
     still end, and whose Ctrl-C must still be Python's."""
-    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook
     result = CliRunner().invoke(cli, ["-d", items.dsn, "list"], env=credentials(items))
     assert result.exit_code == 0, result.output
-    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook) == before
 
 
 def test_after_a_stop_what_the_drivers_objects_raise_as_they_are_freed_is_not_shown() -> None:
@@ -162,4 +162,5 @@ def test_after_a_stop_what_the_drivers_objects_raise_as_they_are_freed_is_not_sh
             Ours()
             assert shown == ["connection shutdown", "a bug"]
     finally:
+        received.clear()  # no stop for what runs next in this process
         sys.unraisablehook = before
