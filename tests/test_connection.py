@@ -68,6 +68,58 @@ def test_a_lost_attachment_with_an_open_result_set_leaves_no_crash_behind(settin
     assert (run.returncode, run.stdout, run.stderr) == (0, "done\n", "")
 
 
+LOSE_IT_INSIDE_EXECUTE_STATEMENT = """
+import os, sys, threading, time
+from subscriptions.db.connection import Database
+from subscriptions.db.errors import first_line, is_connection_lost
+from subscriptions.db.settings import ConnectionSettings
+
+settings = ConnectionSettings(sys.argv[1], os.environ["ISC_USER"], os.environ["ISC_PASSWORD"] or None)
+
+
+def kill(victim):
+    time.sleep(0.3)
+    with Database(settings) as killer, killer.transaction() as other:
+        other.execute("DELETE FROM MON$ATTACHMENTS WHERE MON$ATTACHMENT_ID = ?", (victim,))
+
+
+for _ in range(30):  # the kill lands inside the inner statement about every other time
+    db = Database(settings)
+    threading.Thread(target=kill, args=(db.connection.info.id,)).start()
+    try:
+        with db.transaction() as cursor:
+            cursor.execute(
+                "EXECUTE BLOCK RETURNS (X INTEGER) AS BEGIN "
+                "WHILE (1 = 1) DO EXECUTE STATEMENT 'SELECT 1 FROM RDB$DATABASE' INTO :X; SUSPEND; END"
+            )
+            cursor.fetchone()
+    except Exception as exc:
+        assert is_connection_lost(exc), first_line(exc)
+        if first_line(exc).startswith("Execute statement error"):
+            print("lost inside EXECUTE STATEMENT")
+            break
+    finally:
+        db.close()
+"""
+
+
+def test_a_connection_lost_inside_execute_statement_is_a_lost_connection(settings):
+    """A statement run through EXECUTE STATEMENT (each attachment's time
+    zone set-up, sql/engine.sql) that loses its attachment fails with the
+    engine's "Execute statement error", which gives "connection shutdown"
+    in its text only: a listener stopped while it attached said `Error:
+    database error: ...` instead of that it stopped."""
+    env = {**os.environ, "ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or ""}
+    run = subprocess.run(
+        [sys.executable, "-c", LOSE_IT_INSIDE_EXECUTE_STATEMENT, settings.dsn],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (0, "lost inside EXECUTE STATEMENT\n", "")
+
+
 def test_subs_in_a_process_of_another_time_zone_keeps_subs_time(settings, engine):
     """An embedded engine gives a session its process's time zone (TZ), and
     every LOCALTIMESTAMP of subs's SQL is that zone's wall time. Until

@@ -39,6 +39,8 @@ CONNECTION_LOST_CODES = frozenset(
     }
 )
 _TEXT_ONLY = 335544382  # isc_random: a message the engine gives as text only
+_EXECUTE_STATEMENT_ERROR = 335544926  # isc_eds_statement: "Execute statement error at ..."
+_INNER_CODE = re.compile(r"^(\d{9}) : ", re.MULTILINE)  # how it spells the inner error's codes
 INDEX_REBUILT = "index unexpectedly deleted"
 # A READ COMMITTED update that waited for a transaction which then deleted
 # the row fails with this text under the generic code (Firebird 3).
@@ -73,7 +75,13 @@ class MissingDatabase(SubsError):
 
 
 def codes(exc: DatabaseError) -> frozenset[int]:
-    return frozenset(exc.gds_codes or ())
+    """The error's gds codes, with those of a statement run by EXECUTE
+    STATEMENT (sql/engine.sql's session set-up, the capture's DDL), which
+    the engine gives in the text only."""
+    found = frozenset(exc.gds_codes or ())
+    if _EXECUTE_STATEMENT_ERROR in found:
+        found |= {int(code) for code in _INNER_CODE.findall(str(exc))}
+    return found
 
 
 def is_conflict(exc: DatabaseError) -> bool:
