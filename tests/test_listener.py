@@ -527,8 +527,7 @@ def test_status_shows_the_listeners_of_each_tag_and_check_names_a_lagging_subscr
     execute(items, "UPDATE ITEMS SET NOTE = 'x'")
     other = Listener(items, tmp_path, "--tag", "rec2")
     listeners.append(other)
-    serving = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_SERVES'"
-    wait_until(lambda: query(items, serving)[0][0] > 0, 60, "the other listener to attach")
+    other.wait_serving(items)
     time.sleep(1.1)
     lagging = subs("status", "--check", "--max-lag", "1")
     assert lagging.exit_code == 1
@@ -932,10 +931,9 @@ def test_one_tag_is_not_consumed_in_two_modes_at_once(items, tmp_path, listeners
     """A second listener taking the same tag in another mode would break the
     order the first one keeps: it is refused in one line; in the same mode, or
     for other tags, it starts."""
-    serving = "SELECT COUNT(*) FROM MON$CONTEXT_VARIABLES WHERE MON$VARIABLE_NAME = 'SUBS_SERVES'"
     ordered = Listener(items, tmp_path, "--tag", "rec")
     listeners.append(ordered)
-    wait_until(lambda: query(items, serving)[0][0] > 0, 60, "the ordered listener's worker to attach")
+    ordered.wait_serving(items)
 
     refused = Listener(items, tmp_path, "--mode", "parallel", "--drain")
     listeners.append(refused)
