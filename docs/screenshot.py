@@ -110,7 +110,9 @@ def main() -> None:
             for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,520"):
                 chrome.add_argument(argument)
             chrome.binary_location = "/usr/bin/chromium"
-            driver = webdriver.Chrome(options=chrome, service=Service("/usr/bin/chromedriver"))
+            # Chromium leaves its profile's singleton directory in TMPDIR.
+            service = Service("/usr/bin/chromedriver", env={**os.environ, "TMPDIR": directory})
+            driver = webdriver.Chrome(options=chrome, service=service)
             try:
                 driver.get(address)
                 time.sleep(1)

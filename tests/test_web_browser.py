@@ -6,6 +6,7 @@ server."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -35,14 +36,17 @@ STALE_AFTER = 15  # seconds without a refresh before the overview says so (conso
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[WebDriver]:
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    """Chromium, with a TMPDIR of the test run's: it leaves its profile's
+    singleton directory (org.chromium.Chromium.*) behind even after quit()."""
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         pytest.fail("chromium and chromium-driver are missing: ./dev.sh test installs them")
     options = webdriver.ChromeOptions()
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"):
         options.add_argument(argument)
     options.binary_location = CHROMIUM
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))})
+    driver = webdriver.Chrome(options=options, service=service)
     yield driver
     driver.quit()
 
