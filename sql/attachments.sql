@@ -37,3 +37,16 @@ LEFT JOIN MON$CONTEXT_VARIABLES T ON T.MON$ATTACHMENT_ID = W.MON$ATTACHMENT_ID
 WHERE W.MON$VARIABLE_NAME = 'SUBS_WORKER'
   AND W.MON$TRANSACTION_ID IS NULL
   AND W.MON$ATTACHMENT_ID <> CURRENT_CONNECTION;
+
+-- name: sees_every_attachment
+-- Whether MON$ shows this attachment every attachment, with its context
+-- variables and transactions: SYSDBA, the database's owner and RDB$ADMIN see
+-- them all, any other user only those of its own user name.
+SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR CURRENT_ROLE = 'RDB$ADMIN'
+FROM MON$DATABASE d;
+
+-- name: sees_every_attachment_fb4
+-- The same on Firebird 4 and later, where a role with the system privilege
+-- MONITOR_ANY_ATTACHMENT (RDB$ADMIN has them all) sees them too.
+SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR RDB$SYSTEM_PRIVILEGE(MONITOR_ANY_ATTACHMENT)
+FROM MON$DATABASE d;

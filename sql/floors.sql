@@ -2,19 +2,6 @@
 -- subscription has no live event, now or later, so that walks of the claim
 -- index start there rather than at the subscription's first entry.
 
--- name: sees_every_transaction
--- Whether MON$ shows this attachment the transactions of every attachment:
--- SYSDBA, the database's owner and RDB$ADMIN see them all, any other user
--- only its own, which would hide the transactions a floor must wait for.
-SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR CURRENT_ROLE = 'RDB$ADMIN'
-FROM MON$DATABASE d;
-
--- name: sees_every_transaction_fb4
--- The same on Firebird 4 and later, where a role with the system privilege
--- MONITOR_ANY_ATTACHMENT (RDB$ADMIN has them all) sees them too.
-SELECT CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR RDB$SYSTEM_PRIVILEGE(MONITOR_ANY_ATTACHMENT)
-FROM MON$DATABASE d;
-
 -- name: id_generator
 -- The generator that numbers events (EVENT_LOG.EVENT_ID's identity); a
 -- listener of its own user reads it with `subs grant`'s USAGE right.

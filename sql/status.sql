@@ -69,20 +69,15 @@ ORDER BY l.EVENT_ID
 FETCH FIRST ? ROWS ONLY;
 
 -- name: backfills
--- Where each `subs backfill` run stands (per insert subscription); whether
--- an attachment this user may see in MON$ runs it (backfill.sql,
--- mark_running); and whether this user sees every attachment there, so
--- that one it does not see runs none: SYSDBA, the database's owner and
--- RDB$ADMIN do (on Firebird 4 and later a role with MONITOR_ANY_ATTACHMENT
--- too, which this query, written for Firebird 3 as well, does not ask).
+-- Where each `subs backfill` run stands (per insert subscription), and
+-- whether an attachment this user may see in MON$ runs it (backfill.sql,
+-- mark_running).
 SELECT b.SUB_ID, b.ROWS_DONE, b.ROWS_TOTAL, b.EVENTS, b.FINISHED_AT IS NOT NULL,
        DATEDIFF(MILLISECOND FROM b.UPDATED_AT TO LOCALTIMESTAMP),
        EXISTS (SELECT 1 FROM MON$CONTEXT_VARIABLES v
                WHERE v.MON$VARIABLE_NAME = 'SUBS_BACKFILL' AND v.MON$TRANSACTION_ID IS NULL
-                 AND v.MON$VARIABLE_VALUE = CAST(b.SUB_ID AS VARCHAR(20))),
-       CURRENT_USER = 'SYSDBA' OR CURRENT_USER = TRIM(d.MON$OWNER) OR CURRENT_ROLE = 'RDB$ADMIN'
-FROM EVENT_BACKFILL b
-CROSS JOIN MON$DATABASE d;
+                 AND v.MON$VARIABLE_VALUE = CAST(b.SUB_ID AS VARCHAR(20)))
+FROM EVENT_BACKFILL b;
 
 -- name: oldest_transaction
 -- The database's oldest active transaction, as MON$ shows it to this user

@@ -5,6 +5,7 @@ are real (CREATE USER); the embedded engine takes the user name as given."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from subscriptions.schema.version import LATEST
 
 from conftest import Subs, another_database, assert_one_line_error, events, execute, query
 from listening import Listener, handled, insert, remaining
+from webconsole import Console
 
 
 def test_an_application_user_with_table_rights_only_writes_and_is_captured(settings, make_user):
@@ -104,6 +106,42 @@ def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_use
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     assert len(handled(listener.lines())) == 3 and remaining(items) == 0
+
+
+def test_a_user_who_sees_only_its_own_attachments_is_told_so(items, make_user, tmp_path, listeners, engine):
+    """MON$ shows a user other than SYSDBA, the owner and RDB$ADMIN only the
+    attachments of its own user: to a monitoring user of its own, `status
+    --check --max-lag` said "no listener takes tag rec" while the owner's
+    listener took it, and `status` and the console showed no listener. They
+    now say what they cannot see. On Firebird 4 and later a role with
+    MONITOR_ANY_ATTACHMENT sees every attachment."""
+    viewer = make_user("viewer")
+    Subs(items).ok("grant", viewer.user)
+    insert(items, 1, 1, "hang")  # its handler hangs: the event stays live
+    listener = Listener(items, tmp_path)
+    listeners.append(listener)
+    listener.wait_for(lambda lines: any(line["phase"] == "start" for line in lines))
+    time.sleep(1.1)
+    assert "listening: ordered" in Subs(items)("status", "--check", "--max-lag", "1").output
+    assert "note:" not in Subs(items).ok("status")
+
+    limited = Subs(viewer)("status", "--check", "--max-lag", "1")
+    assert limited.exit_code == 1 and limited.output.endswith("; no listener of this user takes tag rec\n")
+    assert "\nnote: this user sees only its own user's attachments in MON$, so listeners and running" in (
+        Subs(viewer).ok("status")
+    )
+    console = Console(viewer, tmp_path)
+    try:
+        assert 'id="partial-view">Note: this user sees only its own' in console.get_text("/figures")
+    finally:
+        console.stop()
+
+    if engine == "fb3":
+        return  # no system privileges
+    execute(items, "CREATE ROLE SUBS_MONITOR SET SYSTEM PRIVILEGES TO MONITOR_ANY_ATTACHMENT")
+    execute(items, f"GRANT DEFAULT SUBS_MONITOR TO USER {viewer.user}")
+    assert "listening: ordered" in Subs(viewer)("status", "--check", "--max-lag", "1").output
+    assert "note:" not in Subs(viewer).ok("status")
 
 
 def test_a_listener_without_alter_rights_warns_once_that_it_cannot_settle_triggers(items, make_user, caplog):

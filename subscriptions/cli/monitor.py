@@ -11,7 +11,7 @@ from subscriptions.config import MAX_SECONDS
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import repair
-from subscriptions.ops.status import drifted, lagging, problems, read_status
+from subscriptions.ops.status import PARTIAL_VIEW, drifted, lagging, problems, read_status
 from subscriptions.ops.text_table import describe_age, render
 
 from . import Seconds, app, cli, open_database, stopping
@@ -60,22 +60,27 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
             ],
         )
     )
+    notes = [] if status.sees_every_attachment else [PARTIAL_VIEW]
     if status.open_transaction is not None:
-        click.echo(f"\nnote: {status.open_transaction.describe()}")
+        notes.append(status.open_transaction.describe())
+    for note in notes:
+        click.echo(f"\nnote: {note}")
 
 
 def _check(ctx: click.Context, max_lag: float | None) -> None:
     """One line per subscription whose capture drifted, or whose oldest live
     event is older than ``max_lag`` seconds; exit 1 if any."""
-    rows = read_status(app(ctx).settings).subscriptions
+    status = read_status(app(ctx).settings)
+    rows = status.subscriptions
     found = [(row, row.capture) for row in drifted(rows)]
+    nobody = "no listener takes tag" if status.sees_every_attachment else "no listener of this user takes tag"
     if max_lag is not None:
         found += [
             (
                 row,
                 f"its oldest live event is {describe_age(row.oldest_pending_age)} old (--max-lag "
                 f"{describe_age(max_lag)}); "
-                + (f"listening: {row.listening}" if row.listeners else f"no listener takes tag {row.tag}"),
+                + (f"listening: {row.listening}" if row.listeners else f"{nobody} {row.tag}"),
             )
             for row in lagging(rows, max_lag)
         ]

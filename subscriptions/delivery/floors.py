@@ -55,6 +55,8 @@ from subscriptions.db.connection import Database, read_only_tpb
 from subscriptions.db.errors import NO_PRIVILEGE, codes, first_line
 from subscriptions.errors import SubsError
 
+from .serving import sees_every_attachment
+
 log = logging.getLogger("subs.worker")
 
 EVERY = 0.5  # seconds between two refreshes, at least
@@ -157,12 +159,10 @@ class Floors:
         """Seconds until the next look may start."""
         return max(self._refreshed_at + self._pause - time.monotonic(), 0.0)
 
-    def ask_rights(self, cursor: Cursor, engine_major: int) -> None:
+    def ask_rights(self, cursor: Cursor) -> None:
         """Whether MON$ shows us every transaction (``usable``), in a
         transaction of its own: its MON$ read takes a snapshot."""
-        statements = sql.load("floors")
-        cursor.execute(statements["sees_every_transaction" if engine_major < 4 else "sees_every_transaction_fb4"])
-        self.usable = bool(cursor.fetchone()[0])
+        self.usable = sees_every_attachment(cursor)
         if not self.usable:
             self.give_up(
                 "this user may not see every transaction in MON$ (SYSDBA, the database's owner and RDB$ADMIN can, "
@@ -244,8 +244,7 @@ def look(db: Database, floors: Floors) -> None:
     may see every transaction. A look refused the generator (`subs grant`
     gives it) gives the floors up; claims go on without them."""
     if floors.usable is None:
-        engine_major = db.engine_version[0]
-        db.run(lambda cursor: floors.ask_rights(cursor, engine_major), tpb=read_only_tpb())
+        db.run(floors.ask_rights, tpb=read_only_tpb())
     if not floors.usable:
         return
     try:

@@ -46,10 +46,18 @@ class Consumer:
         return not self.tags or tag in self.tags
 
 
+def sees_every_attachment(cursor: Cursor) -> bool:
+    """Whether MON$ shows this attachment every attachment of the database,
+    not only those of its own user: SYSDBA, the database's owner, RDB$ADMIN,
+    and on Firebird 4 and later a role with MONITOR_ANY_ATTACHMENT."""
+    before_4 = cursor.connection.info.engine_version < 4
+    cursor.execute(sql.load("attachments")["sees_every_attachment" if before_4 else "sees_every_attachment_fb4"])
+    return bool(cursor.fetchone()[0])
+
+
 def consumers(cursor: Cursor) -> list[Consumer]:
-    """The listeners whose attachments this one sees (MON$ shows a user its
-    own attachments; SYSDBA, the owner and RDB$ADMIN see all), less those
-    of this host whose process is gone."""
+    """The listeners whose attachments this one sees (all of them only where
+    ``sees_every_attachment``), less those of this host whose process is gone."""
     cursor.execute(sql.load("attachments")["serving"])
     found: dict[str, Consumer] = {}
     for worker, served, started in cursor.fetchall():

@@ -24,7 +24,7 @@ from subscriptions.db import sql
 from subscriptions.db.connection import fetch_all, read_blob, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.delivery.metrics import queue_depths
-from subscriptions.delivery.serving import consumers, listening_modes
+from subscriptions.delivery.serving import consumers, listening_modes, sees_every_attachment
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID
 
@@ -133,7 +133,7 @@ def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[Subscriptio
     depths = queue_depths(cursor, max_counted)
     states = capture_states(cursor, {depth.table for depth in depths if depth.active})
     listeners = consumers(cursor)
-    runs = backfills(cursor)
+    runs = backfills(cursor, sees_every_attachment(cursor))
     return [
         SubscriptionSummary(
             id=depth.sub_id,

@@ -17,7 +17,7 @@ from subscriptions.db.connection import Database, read_text
 from subscriptions.db.errors import spelled_out
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.delivery import oldest_transaction
-from subscriptions.delivery.serving import Consumer, consumers, listening_modes
+from subscriptions.delivery.serving import Consumer, consumers, listening_modes, sees_every_attachment
 from subscriptions.schema.version import require_current
 
 from .text_table import describe_age
@@ -48,12 +48,27 @@ class BackfillStatus:
         return f"{stands}, running, updated {age} ago" if self.running else f"{stands}, stopped {age} ago"
 
 
-def backfills(cursor: Cursor) -> dict[int, BackfillStatus]:
-    """The last backfill run of each insert subscription that had one."""
+# What `subs status` and the console say to a user that does not see every
+# attachment (serving.sees_every_attachment).
+PARTIAL_VIEW = (
+    "this user sees only its own user's attachments in MON$, so listeners and running backfills of other "
+    "users are not shown; SYSDBA, the database's owner and RDB$ADMIN see them all, and on Firebird 4 and later "
+    "a role with MONITOR_ANY_ATTACHMENT (docs/OPERATIONS.md, Users and rights)"
+)
+
+
+def partial_view(cursor: Cursor) -> str | None:
+    """PARTIAL_VIEW for a user that does not see every attachment."""
+    return None if sees_every_attachment(cursor) else PARTIAL_VIEW
+
+
+def backfills(cursor: Cursor, sees_every: bool) -> dict[int, BackfillStatus]:
+    """The last backfill run of each insert subscription that had one;
+    ``sees_every``: whether an attachment this user does not see runs none."""
     cursor.execute(sql.load("status")["backfills"])
     runs: dict[int, BackfillStatus] = {}
-    for sub_id, done, total, events, finished, age, seen_running, sees_all in cursor.fetchall():
-        running = True if seen_running else False if sees_all else None
+    for sub_id, done, total, events, finished, age, seen_running in cursor.fetchall():
+        running = True if seen_running else False if sees_every else None
         runs[sub_id] = BackfillStatus(
             int(done), int(total or 0), int(events), bool(finished), float(age or 0) / 1000, running
         )
@@ -107,11 +122,12 @@ class ProblemEvent:
 
 @dataclass(frozen=True)
 class Status:
-    """What `subs status` shows: each subscription, and the transaction
-    left open for long, if any."""
+    """What `subs status` shows: each subscription, the transaction left
+    open for long, if any, and whether it shows every listener and backfill."""
 
     subscriptions: list[SubscriptionStatus]
     open_transaction: OpenTransaction | None
+    sees_every_attachment: bool
 
 
 def read_status(settings: ConnectionSettings) -> Status:
@@ -123,8 +139,9 @@ def read_status(settings: ConnectionSettings) -> Status:
             cursor.execute(sql.load("status")["status"])
             rows = cursor.fetchall()
             states = capture_states(cursor, {row[1] for row in rows if row[4]})  # active ones
+            sees_every = sees_every_attachment(cursor)
             listeners = consumers(cursor)
-            runs = backfills(cursor)
+            runs = backfills(cursor, sees_every)
             open_transaction = long_open_transaction(cursor)
     subscriptions = [
         SubscriptionStatus(
@@ -145,7 +162,7 @@ def read_status(settings: ConnectionSettings) -> Status:
         )
         for sub_id, table, action, tag, active, paused, live, in_flight, failed, dead, oldest_ms in rows
     ]
-    return Status(subscriptions, open_transaction)
+    return Status(subscriptions, open_transaction, sees_every)
 
 
 @dataclass(frozen=True)

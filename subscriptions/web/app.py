@@ -34,7 +34,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import console, console_actions
-from subscriptions.ops.status import long_open_transaction
+from subscriptions.ops.status import long_open_transaction, partial_view
 from subscriptions.ops.text_table import describe_age
 from subscriptions.schema import version as schema_version
 
@@ -189,6 +189,7 @@ class Console:
                 "charts": {s.id: chart(history.get(s.id, [])) for s in summaries},
                 "refreshed": datetime.now().strftime("%H:%M:%S"),
                 "open_transaction": long_open_transaction(cursor),
+                "partial_view": partial_view(cursor),
             }
 
         return dict(self.read(work))
