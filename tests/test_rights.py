@@ -144,6 +144,35 @@ def test_a_user_who_sees_only_its_own_attachments_is_told_so(items, make_user, t
     assert "note:" not in Subs(viewer).ok("status")
 
 
+def test_a_command_refused_a_right_says_who_may_run_it(items, make_user, tmp_path):
+    """A user with a listener's rights only (`subs grant`) that changed
+    subscriptions was told `Error: database error: no permission for UPDATE
+    access to TABLE EVENT_SUBSCRIBER`, and the console answered 503 "Not
+    available now"; both now say it lacks a right and who has it."""
+    execute(items, "CREATE TABLE OTHER (ID INTEGER NOT NULL PRIMARY KEY)")
+    viewer = make_user("viewer")
+    Subs(items).ok("grant", viewer.user)
+    before = query(items, "SELECT SUB_ID, ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID")
+    for command, refused in (
+        (("pause", "items", "I", "rec"), "UPDATE access to TABLE EVENT_SUBSCRIBER"),
+        (("add", "other", "I", "rec"), "INSERT access to TABLE EVENT_SUBSCRIBER"),
+        (("remove", "items", "IUD", "rec"), "UPDATE access to TABLE EVENT_BACKFILL"),
+    ):
+        assert_one_line_error(
+            Subs(viewer)(*command),
+            f"Error: user {viewer.user!r} lacks a right this needs (no permission for {refused}",
+            "run it as the user that owns subs's tables (the one that ran `subs init`) or SYSDBA",
+        )
+    assert query(items, "SELECT SUB_ID, ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID") == before
+    console = Console(viewer, tmp_path)
+    try:
+        status, _, body = console.request("POST", "/api/subscriptions/1/pause")
+    finally:
+        console.stop()
+    assert status == 403 and f"user {viewer.user!r} lacks a right this needs" in body.decode(), (status, body)
+    assert query(items, "SELECT SUB_ID, ACTIVE, PAUSED FROM EVENT_SUBSCRIBER ORDER BY SUB_ID") == before
+
+
 def test_a_listener_without_alter_rights_warns_once_that_it_cannot_settle_triggers(items, make_user, caplog):
     listener_user = make_user("listener")
     Subs(items).ok("grant", listener_user.user)

@@ -26,7 +26,7 @@ from firebird.driver import DatabaseError
 from subscriptions import __version__
 from subscriptions.config import CONFIG_ENV, FileConfig, load_config, unknown_variables_note
 from subscriptions.db.connection import Database
-from subscriptions.db.errors import first_line
+from subscriptions.db.errors import first_line, missing_right
 from subscriptions.db.settings import DEFAULT_DATABASE, ConnectionSettings, stored_name
 from subscriptions.db.terminal_stop import refuse_terminal_stop
 from subscriptions.errors import SubsError
@@ -89,7 +89,9 @@ class SubsGroup(click.Group):
         except SubsError as exc:
             raise click.ClickException(str(exc)) from None
         except DatabaseError as exc:
-            raise click.ClickException(f"database error: {first_line(exc)}") from None
+            found = ctx.find_object(App)
+            refused = missing_right(exc, found.settings.effective_user) if found is not None else None
+            raise click.ClickException(str(refused or f"database error: {first_line(exc)}")) from None
 
 
 def _not_text(args: Sequence[str]) -> str | None:

@@ -143,6 +143,18 @@ def connect_error(exc: DatabaseError, settings: ConnectionSettings) -> SubsError
     return SubsError(f"cannot connect to {where}: {first_line(exc)}")
 
 
+def missing_right(exc: DatabaseError, user: str) -> SubsError | None:
+    """A statement the engine refused for want of a right that a GRANT gives,
+    as a message saying who may run it; None for any other error (read-write
+    access to a database on a read-only file is no such right)."""
+    if NO_PRIVILEGE not in codes(exc) or "access to database" in str(exc):
+        return None
+    return SubsError(
+        f"user {user!r} lacks a right this needs ({first_line(exc)}): run it as the user that owns subs's "
+        "tables (the one that ran `subs init`) or SYSDBA, or GRANT that user the right named"
+    )
+
+
 def role_error(settings: ConnectionSettings) -> SubsError:
     """The engine attached without the role asked for: it does not exist, or
     the user was not granted it."""

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from subscriptions.db.connection import Database, read_only_tpb
-from subscriptions.db.errors import first_line
+from subscriptions.db.errors import first_line, missing_right
 from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
@@ -141,6 +141,9 @@ class Console:
         except SubsError as exc:
             raise Refused(400, str(exc)) from None
         except DatabaseError as exc:
+            refused = missing_right(exc, self.attachments.settings.effective_user)
+            if refused is not None:
+                raise Refused(403, str(refused)) from None
             raise Refused(503, f"the database: {first_line(exc)}") from None
 
     def _refuse_a_changed_schema(self, db: Database) -> None:
