@@ -51,21 +51,27 @@ print("done")
 """
 
 
+def run_script(script: str, settings) -> tuple[int, str, str]:
+    """``script`` run with the database's path as its argument, in a process
+    of its own (a crash there is a failure, not the end of the tests):
+    its exit code, output and errors."""
+    run = subprocess.run(
+        [sys.executable, "-c", script, settings.dsn],
+        env={**os.environ, **credentials(settings)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return run.returncode, run.stdout, run.stderr
+
+
 def test_a_lost_attachment_with_an_open_result_set_leaves_no_crash_behind(settings):
     """firebird-driver freed a lost attachment while a cursor still held its
     result set: on the embedded engines the garbage collector's close of the
     cursor then died of SIGSEGV (FIREBIRD-BUGS 9; a listener's supervisor
     did when its queue-metrics read was cut off). The seam leaves such an
     attachment alone, and raises what lost it for whatever comes next."""
-    env = {**os.environ, "ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or ""}
-    run = subprocess.run(
-        [sys.executable, "-c", LOSE_AN_OPEN_RESULT_SET, settings.dsn],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert (run.returncode, run.stdout, run.stderr) == (0, "done\n", "")
+    assert run_script(LOSE_AN_OPEN_RESULT_SET, settings) == (0, "done\n", "")
 
 
 LOSE_IT_INSIDE_EXECUTE_STATEMENT = """
@@ -109,15 +115,7 @@ def test_a_connection_lost_inside_execute_statement_is_a_lost_connection(setting
     engine's "Execute statement error", which gives "connection shutdown"
     in its text only: a listener stopped while it attached said `Error:
     database error: ...` instead of that it stopped."""
-    env = {**os.environ, "ISC_USER": settings.effective_user, "ISC_PASSWORD": settings.password or ""}
-    run = subprocess.run(
-        [sys.executable, "-c", LOSE_IT_INSIDE_EXECUTE_STATEMENT, settings.dsn],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert (run.returncode, run.stdout, run.stderr) == (0, "lost inside EXECUTE STATEMENT\n", "")
+    assert run_script(LOSE_IT_INSIDE_EXECUTE_STATEMENT, settings) == (0, "lost inside EXECUTE STATEMENT\n", "")
 
 
 def test_subs_in_a_process_of_another_time_zone_keeps_subs_time(settings, engine):
