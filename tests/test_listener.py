@@ -945,3 +945,4 @@ def test_one_tag_is_not_consumed_in_two_modes_at_once(items, tmp_path, listeners
         other = Listener(items, tmp_path, *args)
         listeners.append(other)
         assert other.finish() == 0, other.output()
+        assert "this user sees only its own user's listeners" not in other.output()

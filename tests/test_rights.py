@@ -106,6 +106,7 @@ def test_a_listener_runs_as_its_own_user_with_the_granted_rights(items, make_use
     listeners.append(listener)
     assert listener.finish() == 0, listener.output()
     assert len(handled(listener.lines())) == 3 and remaining(items) == 0
+    assert "this user sees only its own user's listeners in MON$: one of another user" in listener.output()
 
 
 def test_a_user_who_sees_only_its_own_attachments_is_told_so(items, make_user, tmp_path, listeners, engine):

@@ -8,6 +8,7 @@ the same instant are not caught."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from subscriptions.errors import SubsError
 
 from . import reaper
 from .options import PARALLEL, ListenOptions
+
+log = logging.getLogger("subs.listener")
 
 ALL_TAGS = "*"
 
@@ -75,9 +78,18 @@ def listening_modes(listeners: Iterable[Consumer]) -> str:
 
 
 def refuse_mixed_modes(db: Database, options: ListenOptions) -> None:
+    """Refuse to start beside a listener that consumes one of our tags in
+    another mode, of those this user sees (and says when it sees only its own
+    user's: MON$ hides the others')."""
     mine = mode_of(options)
     with db.transaction() as cursor:
         others = consumers(cursor)
+        sees_every = sees_every_attachment(cursor)
+    if not sees_every:
+        log.info(
+            "this user sees only its own user's listeners in MON$: one of another user that consumes these tags "
+            "in another mode is not refused (docs/OPERATIONS.md, Users and rights)"
+        )
     for other in others:
         if other.mode == mine:
             continue
