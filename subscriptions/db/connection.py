@@ -136,12 +136,19 @@ class Database:
             raise role_error(settings)
 
     def close(self) -> None:
+        """Detach; an attachment lost meanwhile (killed, or its engine shut
+        down by the client library on a stop signal) is left as it is."""
         if self.lost is not None:
             return
         with contextlib.suppress(DatabaseError):
             if self.connection.main_transaction.is_active():
                 self.connection.rollback()
-        self.connection.close()
+        try:
+            self.connection.close()
+        except DatabaseError as exc:
+            if not is_connection_lost(exc):
+                raise
+            self._abandon(None, exc)
 
     def __enter__(self) -> Database:
         return self

@@ -4,6 +4,7 @@ is not delivered twice."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -52,10 +53,8 @@ def renew_leases(
     flight (running or waiting in its batch), renew every lease ``owner``
     holds, on an attachment of its own; ends when ``stop`` is set."""
     claimer: Claimer | None = None
-    try:
+    with contextlib.suppress(DatabaseError, SubsError):  # attached again below when needed, and warned of then
         claimer = Claimer(attach(), owner, lease)
-    except (DatabaseError, SubsError) as exc:
-        log.warning("could not connect for lease renewal: %s", first_line(exc))
     while not stop.wait(lease / 3):
         if not in_flight:
             continue
@@ -68,5 +67,6 @@ def renew_leases(
             log.warning("could not renew leases: %s", first_line(exc))
             claimer = None
     if claimer is not None:
-        claimer.free_statements()
+        with contextlib.suppress(DatabaseError):  # its engine shut down by a stop signal (lifeline.py)
+            claimer.free_statements()
         claimer.db.close()

@@ -20,6 +20,7 @@ log = logging.getLogger("subs.worker")
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _halter: threading.Thread | None = None
+_stop_signalled = False  # see stop_signalled()
 
 
 @functools.cache
@@ -118,7 +119,21 @@ def halt_on_stop_signals(halt: Callable[[], None]) -> None:
         _halter = threading.Thread(target=_halt_at_stop_signal, args=(read_end, halt), name="signals", daemon=True)
         _halter.start()
     for signum in stop_signals():
-        signal.signal(signum, lambda *_: None)
+        signal.signal(signum, _note_stop)
+
+
+def _note_stop(signum: int, frame: object) -> None:
+    global _stop_signalled
+    _stop_signalled = True
+
+
+def stop_signalled() -> bool:
+    """Whether a stop signal reached this process (noted in the main thread
+    as it arrives, before ``halt`` runs in the signals thread). The client
+    library shuts its engine down on SIGINT and SIGTERM before it passes them
+    on, while it holds them (from the first attach until ``halt_on_stop_signals``
+    takes them back): a database error at that moment is the stop's doing."""
+    return _stop_signalled
 
 
 def _halt_at_stop_signal(numbers: int, halt: Callable[[], None]) -> None:

@@ -284,6 +284,9 @@ class Worker:
                     if self.gave_up:
                         return EXIT_GAVE_UP
                     lost = isinstance(exc, DatabaseError) and is_connection_lost(exc)
+                    if lifeline.stop_signalled():  # the stop's doing, not an outage to reconnect through
+                        self.abandoned = lost
+                        break
                     if self.claimer is not None and (lost or self.dispatcher.busy()):
                         # The client library is not to be trusted with the handles of a
                         # dead remote attachment (a rollback that never returns, a crash
