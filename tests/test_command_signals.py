@@ -156,6 +156,8 @@ def test_a_listener_stopped_as_its_claimer_attaches_stops_without_a_warning(item
             noisy.append(said)
     assert noisy == []
 
+
+def test_sigterm_ends_a_status_watch_as_ctrl_c_does(items) -> None:
     """Quietly, exit 0: it was stopped the way it is meant to stop. It ended
     with "cannot connect to ...: connection shutdown"."""
     watching = _start(items, "status", "--watch", "0.5")
