@@ -617,9 +617,9 @@ def test_counts_stop_at_the_bound_and_say_so(items, db: Database) -> None:
     execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID <= 4")
     insert(items, 6, 6)
     with db.transaction(read_only_tpb()) as cursor:
-        inserts = console.overview(cursor, max_counted=3)[0]
+        inserts = console.overview(cursor, max_counted=3).subscriptions[0]
         assert (inserts.pending, inserts.dead, inserts.at_least) == (3, 3, ("pending", "in_flight", "failed", "dead"))
-        inserts = console.overview(cursor, max_counted=10)[0]
+        inserts = console.overview(cursor, max_counted=10).subscriptions[0]
     assert (inserts.pending, inserts.dead, inserts.at_least) == (7, 4, ())
 
 

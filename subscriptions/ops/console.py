@@ -129,12 +129,23 @@ class EventFilter:
             raise SubsError("a key search needs the subscription or the table the key belongs to")
 
 
-def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[SubscriptionSummary]:
+@dataclass(frozen=True)
+class Overview:
+    """Every subscription's figures, and whether they show every listener
+    and running backfill (False: only those of this user, which is all MON$
+    shows it; status.PARTIAL_VIEW says so)."""
+
+    subscriptions: list[SubscriptionSummary]
+    sees_every_attachment: bool
+
+
+def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> Overview:
     depths = queue_depths(cursor, max_counted)
     states = capture_states(cursor, {depth.table for depth in depths if depth.active})
     listeners = consumers(cursor)
-    runs = backfills(cursor, sees_every_attachment(cursor))
-    return [
+    sees_every = sees_every_attachment(cursor)
+    runs = backfills(cursor, sees_every)
+    summaries = [
         SubscriptionSummary(
             id=depth.sub_id,
             table=depth.table,
@@ -155,6 +166,7 @@ def overview(cursor: Cursor, max_counted: int = MAX_COUNTED) -> list[Subscriptio
         )
         for depth in depths
     ]
+    return Overview(summaries, sees_every)
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,6 @@ PARTIAL_VIEW = (
 )
 
 
-def partial_view(cursor: Cursor) -> str | None:
-    """PARTIAL_VIEW for a user that does not see every attachment."""
-    return None if sees_every_attachment(cursor) else PARTIAL_VIEW
-
-
 def backfills(cursor: Cursor, sees_every: bool) -> dict[int, BackfillStatus]:
     """The last backfill run of each insert subscription that had one;
     ``sees_every``: whether an attachment this user does not see runs none."""

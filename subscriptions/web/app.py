@@ -34,7 +34,7 @@ from subscriptions.db.settings import ConnectionSettings
 from subscriptions.errors import SubsError
 from subscriptions.events import MAX_EVENT_ID, dumps
 from subscriptions.ops import console, console_actions
-from subscriptions.ops.status import long_open_transaction, partial_view
+from subscriptions.ops.status import PARTIAL_VIEW, long_open_transaction
 from subscriptions.ops.text_table import describe_age
 from subscriptions.schema import version as schema_version
 
@@ -185,14 +185,14 @@ class Console:
 
     def _figures(self) -> dict[str, Any]:
         def work(cursor: Cursor) -> dict[str, Any]:
-            summaries = console.overview(cursor)
+            figures = console.overview(cursor)
             history = console.stats(cursor, 60)
             return {
-                "summaries": summaries,
-                "charts": {s.id: chart(history.get(s.id, [])) for s in summaries},
+                "summaries": figures.subscriptions,
+                "charts": {s.id: chart(history.get(s.id, [])) for s in figures.subscriptions},
                 "refreshed": datetime.now().strftime("%H:%M:%S"),
                 "open_transaction": long_open_transaction(cursor),
-                "partial_view": partial_view(cursor),
+                "partial_view": None if figures.sees_every_attachment else PARTIAL_VIEW,
             }
 
         return dict(self.read(work))
@@ -245,7 +245,7 @@ class Console:
     # -- API ----------------------------------------------------------------------------
 
     def api_subscriptions(self, request: Request) -> Response:
-        return ApiResponse([summary.as_dict() for summary in self.read(console.overview)])
+        return ApiResponse([summary.as_dict() for summary in self.read(console.overview).subscriptions])
 
     def api_events(self, request: Request) -> Response:
         chosen = _filter(request)
