@@ -534,6 +534,8 @@ def test_drift_is_visible_and_add_repairs_it(people):
 
     execute(people, 'ALTER TRIGGER "SUBS$PEOPLE" INACTIVE')
     assert {row["capture"] for row in json.loads(Subs(people).ok("status", "--json"))} == {"trigger inactive"}
+    assert "again" not in Subs(people).ok("init")  # an operator's choice, not drift `subs init` repairs
+    assert {row["capture"] for row in json.loads(Subs(people).ok("status", "--json"))} == {"trigger inactive"}
     execute(people, 'CREATE OR ALTER TRIGGER "SUBS$PEOPLE" FOR PEOPLE ACTIVE AFTER INSERT POSITION 32000 AS BEGIN END')
     code, output = check(people)
     assert code == 1 and output.splitlines()[0] == "subscription 1 (PEOPLE I audit): trigger stale"
@@ -541,6 +543,9 @@ def test_drift_is_visible_and_add_repairs_it(people):
     assert "trigger stale" in Subs(people).ok("list")
 
     assert "its capture trigger had drifted and was made again" in Subs(people).ok("add", "people", "IUD", "audit")
+    assert check(people)[0] == 0
+    execute(people, 'CREATE OR ALTER TRIGGER "SUBS$PEOPLE" FOR PEOPLE ACTIVE AFTER INSERT POSITION 32000 AS BEGIN END')
+    assert "made the capture trigger of PEOPLE again" in Subs(people).ok("init")  # so does `subs init`
     assert check(people)[0] == 0
     execute(people, "INSERT INTO PEOPLE VALUES (1, 'Ann', 30)")
     assert last_new(people)["NAME"] == "Ann"

@@ -14,6 +14,10 @@ from subscriptions.db.connection import read_text
 from .trigger_sync import condition_rights
 
 OK = "ok"
+# The trigger is not the text the generator makes now: DDL that skipped the
+# database triggers, or a database restored on a later Firebird, whose
+# generator makes another text (BLOB_APPEND on 4.0.2 and later).
+STALE = "trigger stale"
 # What EVENT_CAPTURE_SOURCE's REASON means for an operator.
 _REASONS = {
     "no table": "table missing",
@@ -75,7 +79,7 @@ def _trigger_state(row: tuple[object, bool, bool] | None, generated: str) -> str
         return "trigger inactive"
     # The catalogue keeps a trigger's text from its AS on.
     if not _same_text((read_text(stored) or "").strip(), generated[generated.index("\nAS\n") + 1 :].strip()):
-        return "trigger stale"
+        return STALE
     if not may_write:
         return "trigger may not write EVENT_LOG"
     return OK

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from firebird.driver import Cursor, DatabaseError
@@ -145,13 +146,14 @@ def _grant_and_touch(cursor: Cursor, trigger: str, table: str) -> None:
     cursor.execute(sql.with_identifiers(sql.load("subscribers")["touch_trigger"], trigger=trigger))
 
 
-def refresh_all(db: Database) -> list[str]:
-    """Regenerate and settle the trigger of every subscribed table that
-    exists, with this version's generator (after a schema upgrade); returns
-    the tables."""
+def refresh(db: Database, choose: Callable[[Cursor, list[str]], list[str]] = lambda _, tables: tables) -> list[str]:
+    """Regenerate and settle, with this version's generator, the trigger of
+    every subscribed table that exists (after a schema upgrade), or of those
+    ``choose`` picks of them in the same transaction; returns the tables."""
 
     def regenerate(cursor: Cursor) -> list[str]:
-        tables = [name for name in subscribed_tables(cursor) if find_table(cursor, sql.quote(name)) is not None]
+        existing = [name for name in subscribed_tables(cursor) if find_table(cursor, sql.quote(name)) is not None]
+        tables = choose(cursor, existing)
         for name in tables:
             sync_trigger(cursor, load_table(cursor, sql.quote(name)))
         return tables

@@ -22,7 +22,8 @@ from . import app, cli, open_database
 @click.option("--create", is_flag=True, help="Create the database file first if it is missing.")
 @click.pass_context
 def init(ctx: click.Context, create: bool) -> None:
-    """Install or upgrade subs's tables (EVENT_SUBSCRIBER, EVENT_LOG)."""
+    """Install or upgrade subs's tables (EVENT_SUBSCRIBER, EVENT_LOG); on a current schema, make the
+    stale capture triggers again (after a restore on a later Firebird)."""
     try:
         db = open_database(ctx, current=False)
     except MissingDatabase:
@@ -30,15 +31,20 @@ def init(ctx: click.Context, create: bool) -> None:
             raise
         db = open_database(ctx, create=True, current=False)
         click.echo(f"created database {app(ctx).settings.dsn}")
-    before, after, regranted = init_database(db)
-    if before == after:
-        click.echo(f"schema is up to date (version {after})")
-    elif before == 0:
-        click.echo(f"installed schema version {after}")
+    done = init_database(db)
+    if done.before == done.after:
+        click.echo(f"schema is up to date (version {done.after})")
+    elif done.before == 0:
+        click.echo(f"installed schema version {done.after}")
     else:
-        click.echo(f"upgraded schema from version {before} to {after}")
-    for user in regranted:
+        click.echo(f"upgraded schema from version {done.before} to {done.after}")
+    for user in done.regranted:
         click.echo(f"granted {user} this version's listener rights")
+    for table in done.remade:
+        click.echo(
+            f"made the capture trigger of {table} again: it was not what this release makes on this engine "
+            "(a database restored on a later Firebird, or DDL that skipped database triggers)"
+        )
 
 
 def _describe(change: subscribers.Change) -> str:
