@@ -16,6 +16,7 @@ from subscriptions.delivery import claims
 from subscriptions.delivery.claimed import Claimed
 from subscriptions.delivery.claims import Claimer, Settlement, load_targets, stream_of, streams
 from subscriptions.delivery.worker import HeadsProbe
+from subscriptions.ops import console
 
 from conftest import Subs, execute, query, wait_until
 from listening import insert
@@ -342,7 +343,8 @@ def test_a_parallel_claim_leases_a_span_and_writes_no_event(items):
 def test_status_counts_an_event_in_flight_once_whatever_holds_it(items):
     """Two consumers' spans and a batch in hand across both (a lease its
     ordered consumer took while they ran: in flight twice, counted once);
-    a failed event is pending as well, a dead one neither."""
+    a failed event is failed, not pending, and in flight while it is tried
+    again (as the console counts them); a dead one is dead."""
     target = insert_target(items)
     with Database(items) as a_db, Database(items) as b_db:
         a, b = Claimer(a_db, "a:1", 30), Claimer(b_db, "b:2", 30)
@@ -357,11 +359,16 @@ def test_status_counts_an_event_in_flight_once_whatever_holds_it(items):
         fifth, sixth = (
             e for (e,) in query(items, "SELECT EVENT_ID FROM EVENT_LOG WHERE EVENT_ID > ?", (second[1].id,))
         )
-        execute(items, "UPDATE EVENT_LOG SET LAST_ERROR = 'boom', ATTEMPTS = 1 WHERE EVENT_ID = ?", params=(fifth,))
+        failing = "UPDATE EVENT_LOG SET LAST_ERROR = 'boom', ATTEMPTS = 1 WHERE EVENT_ID = ?"
+        for failed in (fifth, first[0].id):
+            execute(items, failing, params=(failed,))
         execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP WHERE EVENT_ID = ?", params=(sixth,))
         status = json.loads(Subs(items).ok("status", "--json"))
         row = next(r for r in status if r["action"] == "I")
-        assert (row["pending"], row["in_flight"], row["failed"], row["dead"]) == (1, 4, 1, 1)
+        assert (row["pending"], row["in_flight"], row["failed"], row["dead"]) == (0, 4, 1, 1)
+        with a_db.transaction() as cursor:
+            (summary,) = [s for s in console.overview(cursor).subscriptions if s.action == "I"]
+        assert (summary.pending, summary.in_flight, summary.failed, summary.dead) == (0, 4, 1, 1)
 
 
 def test_a_parallel_claim_writes_nothing_for_a_subscription_with_nothing_to_claim(items):

@@ -19,6 +19,7 @@ import pytest
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
 from subscriptions.errors import SubsError
+from subscriptions.ops import console
 
 import fb3server
 from conftest import Subs, execute, free_port, query, scrape_metrics, state, wait_until
@@ -515,6 +516,27 @@ def test_status_counts(items):
     row = json.loads(Subs(items).ok("status", "--json"))[0]
     assert (row["tag"], row["pending"], row["in_flight"], row["failed"], row["dead"]) == ("rec", 3, 0, 0, 0)
     assert row["oldest_pending_age"] >= 0
+
+
+def test_an_event_waiting_for_its_retry_is_counted_once_as_failed(items, tmp_path, listeners):
+    """Pending, in flight, failed and dead are disjoint wherever they are
+    shown: a failed event was also counted pending by `subs status` and
+    waiting by the drain's summary ("left: 1 waiting, 1 failing" for one).
+    In ordered mode the two events after it wait for its retry."""
+    insert(items, 1, 1, "fail_once")
+    insert(items, 2, 2)
+    listener = Listener(items, tmp_path, "--drain", "--backoff-min", "600", "--backoff-max", "600")
+    listeners.append(listener)
+    assert listener.finish() == 1, listener.output()
+    assert "drained: 0 handled, 1 failed attempt(s), 0 died; left: 2 waiting, 1 failing, 0 dead" in listener.output()
+    subs = Subs(items)
+    row = json.loads(subs.ok("status", "--json"))[0]
+    assert (row["pending"], row["in_flight"], row["failed"], row["dead"]) == (2, 0, 1, 0)
+    header, line = subs.ok("status").splitlines()[:2]
+    assert header.split()[4:8] == ["PENDING", "IN", "FLIGHT", "FAILED"] and line.split()[4:7] == ["2", "0", "1"]
+    with Database(items) as db, db.transaction() as cursor:
+        (summary,) = [s for s in console.overview(cursor).subscriptions if s.action == "I"]
+    assert (summary.pending, summary.in_flight, summary.failed) == (2, 0, 1)
 
 
 def test_status_shows_the_listeners_of_each_tag_and_check_names_a_lagging_subscription(items, tmp_path, listeners):

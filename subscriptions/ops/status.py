@@ -146,7 +146,7 @@ def read_status(settings: ConnectionSettings) -> Status:
             tag=tag,
             active=active,
             paused=bool(paused),
-            pending=live - in_flight,
+            pending=live - in_flight - failed,
             in_flight=in_flight,
             failed=failed,
             dead=dead,
@@ -194,7 +194,7 @@ class LeftBehind:
     """What the log still holds for some tags, as `subs listen --drain` reports it."""
 
     waiting: int  # pending or in flight
-    failing: int
+    failing: int  # failed, waiting for a retry (not in flight)
     dead: int
 
 
@@ -209,7 +209,7 @@ def left_behind(settings: ConnectionSettings, tags: Collection[str]) -> LeftBehi
             cursor.execute(sql.load("status")["status"])
             for _, _, _, tag, _, _, live, _, failed, dead_ones, _ in cursor.fetchall():
                 if not tags or tag in tags:
-                    waiting, failing, dead = waiting + live, failing + failed, dead + dead_ones
+                    waiting, failing, dead = waiting + live - failed, failing + failed, dead + dead_ones
     return LeftBehind(waiting, failing, dead)
 
 
