@@ -3,10 +3,10 @@
 -- in flight), in flight (in a span a parallel worker holds, or in the batch
 -- an ordered one has in hand, lease running), failed (not in flight, as the
 -- console counts them: metrics.sql), dead, and the oldest live event's age
--- in ms. Counts read the subscription's stretch of the
--- claim index, in flight range by range (merged, so an event two ranges
--- cover counts once): testing each event against the spans took 6x as long
--- on a backlog of 1,000,000 events.
+-- in ms. Counts read the subscription's stretch of the claim index, in
+-- flight range by range (merged, so an event two ranges cover counts once):
+-- testing each event against the spans took 6x as long on a backlog of
+-- 1,000,000 events.
 EXECUTE BLOCK
 RETURNS (SUB_ID INTEGER, TABLE_NAME VARCHAR(63) CHARACTER SET UTF8, ACTION CHAR(1) CHARACTER SET ASCII,
          TAG VARCHAR(40) CHARACTER SET ASCII, ACTIVE BOOLEAN, PAUSED BOOLEAN,
