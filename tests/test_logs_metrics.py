@@ -138,7 +138,10 @@ def test_render_is_prometheus_text_format() -> None:
     for outcome, seconds in [("handled", 0.003), ("handled", 0.01), ("handled", 0.2), ("failed", 20), ("dead", 1)]:
         m.observe("orders", outcome, seconds)
     m.set_queue(
-        [QueueDepth(1, "ORDERS", "I", "orders", 5, 2, 12.5, dead=3), QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None)]
+        [
+            QueueDepth(1, "ORDERS", "I", "orders", 4, 2, 12.5, failed=1, dead=3),
+            QueueDepth(2, "ORDERS", "U", "idle", 0, 0, None),
+        ]
     )
     m.count_claim_conflicts(2)
     m.count_process_exit("handler", "SIGKILL")
@@ -153,6 +156,7 @@ def test_render_is_prometheus_text_format() -> None:
     orders = '{subscription="1",table="ORDERS",action="I",tag="orders"}'
     idle = '{subscription="2",table="ORDERS",action="U",tag="idle"}'
     assert samples[f"subs_queue_pending{orders}"] == 5 and samples[f"subs_queue_in_flight{orders}"] == 2
+    assert samples[f"subs_queue_failed{orders}"] == 1 and samples[f"subs_queue_failed{idle}"] == 0
     assert samples[f"subs_lag_seconds{orders}"] == 12.5 and samples[f"subs_lag_seconds{idle}"] == 0
     assert samples[f"subs_queue_dead{orders}"] == 3 and samples[f"subs_queue_dead{idle}"] == 0
     assert samples["subs_claim_conflicts_total"] == 2
@@ -229,7 +233,16 @@ def test_worker_deltas_merge_into_the_supervisor() -> None:
     assert merged["durations"]["orders"]["count"] == 3
     assert merged["durations"]["orders"]["sum"] == pytest.approx(3.021)
     assert merged["queue"] == {
-        7: {"table": "ORDERS", "action": "I", "tag": "orders", "pending": 4, "in_flight": 1, "lag": 2.0, "dead": 0}
+        7: {
+            "table": "ORDERS",
+            "action": "I",
+            "tag": "orders",
+            "pending": 4,
+            "in_flight": 1,
+            "failed": 0,
+            "lag": 2.0,
+            "dead": 0,
+        }
     }
     assert merged["claim_conflicts"] == 4
     assert merged["process_exits"] == {("handler", "SIGKILL"): 2, ("handler", "code 1"): 1, ("claimer", "SIGABRT"): 1}
@@ -320,6 +333,15 @@ def test_queue_gauges_are_per_subscription_and_bounded(settings) -> None:
     gauges.set_queue(list(depths.values()))
     pending = [line for line in gauges.render().splitlines() if line.startswith("subs_queue_pending{")]
     assert len(pending) == 2 and all('tag="mail"' in line for line in pending)
+    # Every ORDERS event failed once: the 7 counted beside the 3 in flight wait for their retry.
+    failing = "UPDATE EVENT_LOG SET LAST_ERROR = 'boom', ATTEMPTS = 1 WHERE SUB_ID = ?"
+    execute(settings, failing, params=(target.sub_id,))
+    with Database(settings) as db:
+        gauges.set_queue(metrics.read_queue_depth(db, max_counted=10))
+    samples = _samples(gauges.render())
+    orders = f'{{subscription="{target.sub_id}",table="ORDERS",action="I",tag="mail"}}'
+    figures = [samples[f"subs_queue_{gauge}{orders}"] for gauge in ("pending", "failed", "in_flight")]
+    assert figures == [7, 7, 3]
 
 
 def test_the_oldest_transaction_gauge_is_the_supervisor_s_own() -> None:

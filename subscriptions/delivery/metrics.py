@@ -41,6 +41,11 @@ _COUNTER_HELP = {
 _GAUGES = {
     "pending": ("subs_queue_pending", f"Events waiting to be claimed, per subscription (counted up to {MAX_COUNTED})."),
     "in_flight": ("subs_queue_in_flight", "Events claimed by a worker and not yet finished, per subscription."),
+    "failed": (
+        "subs_queue_failed",
+        f"Failed events waiting for their retry, per subscription (counted up to {MAX_COUNTED}; subs_queue_pending "
+        "counts them too).",
+    ),
     "lag": ("subs_lag_seconds", "Age of the oldest live event in seconds (0 when none), per subscription."),
     "dead": (
         "subs_queue_dead",
@@ -140,10 +145,10 @@ class Metrics:
     The snapshot dict is ``{"events": {tag: {outcome: n}}, "durations": {tag:
     {"buckets": [n per bucket, +Inf last, not cumulative], "sum": s, "count": n}},
     "queue": {sub_id: {"table": t, "action": a, "tag": t, "pending": n,
-    "in_flight": n, "lag": seconds}}, "claim_conflicts": n, "process_exits":
-    {(process, how): n}, "minutes": {(sub_id, minute): [handled, failed,
-    dead]}}``; "minutes" feeds the console's statistics (stats.py) and is
-    taken out by ``take_minutes``.
+    "in_flight": n, "failed": n, "lag": seconds, "dead": n}},
+    "claim_conflicts": n, "process_exits": {(process, how): n}, "minutes":
+    {(sub_id, minute): [handled, failed, dead]}}``; "minutes" feeds the
+    console's statistics (stats.py) and is taken out by ``take_minutes``.
     """
 
     def __init__(self) -> None:
@@ -188,6 +193,7 @@ class Metrics:
                     "tag": depth.tag,
                     "pending": depth.waiting,
                     "in_flight": depth.in_flight,
+                    "failed": depth.failed,
                     "lag": depth.oldest_seconds or 0.0,
                     "dead": depth.dead,
                 }
