@@ -140,6 +140,31 @@ def test_only_a_listener_for_every_tag_warns_of_tags_it_has_no_handler_for(items
         assert (warning in listener.output()) is warned, listener.output()
 
 
+def test_a_listener_warns_of_a_table_whose_capture_drifted(items, tmp_path, listeners):
+    """As it starts, for the tables of the tags it serves: the listener's log
+    is where an operator looks when nothing arrives. A table whose
+    subscriptions were all removed is not drift."""
+    execute(items, "CREATE TABLE GONE (ID INTEGER NOT NULL PRIMARY KEY)")
+    Subs(items).ok("add", "gone", "I", "rec")
+    Subs(items).ok("remove", "gone", "I", "rec")
+    execute(items, 'CREATE OR ALTER TRIGGER "SUBS$ITEMS" FOR ITEMS ACTIVE AFTER INSERT POSITION 32000 AS BEGIN END')
+    listener = Listener(items, tmp_path, "--drain")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    warnings = [
+        line.split(" WARNING subs.listener: ", 1)[1] for line in listener.output().splitlines() if " WARNING " in line
+    ]
+    assert warnings == [
+        "the capture of ITEMS is not as subscribed: trigger stale (`subs status --check` names such drift; README, "
+        '"Drift is visible", says how to repair it)'
+    ]
+    Subs(items).ok("init")
+    listener = Listener(items, tmp_path, "--drain")
+    listeners.append(listener)
+    assert listener.finish() == 0, listener.output()
+    assert " WARNING " not in listener.output(), listener.output()
+
+
 def test_a_failing_event_holds_back_the_rest_of_its_stream(items, tmp_path, listeners):
     insert(items, 1, 1, "fail_once")
     execute(items, "UPDATE ITEMS SET NOTE = 'x' WHERE ID = 1", "DELETE FROM ITEMS WHERE ID = 1")

@@ -18,10 +18,12 @@ OK = "ok"
 # database triggers, or a database restored on a later Firebird, whose
 # generator makes another text (BLOB_APPEND on 4.0.2 and later).
 STALE = "trigger stale"
+# A table whose subscriptions were all removed: nothing to capture.
+NOT_SUBSCRIBED = "no active subscription"
 # What EVENT_CAPTURE_SOURCE's REASON means for an operator.
 _REASONS = {
     "no table": "table missing",
-    "no subscription": "no active subscription",
+    "no subscription": NOT_SUBSCRIBED,
 }
 # A table without a primary key (a migration between dropping one and
 # adding the next) or with one too long for EVENT_LOG is still captured,

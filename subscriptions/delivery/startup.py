@@ -17,6 +17,7 @@ import sys
 import pluggy
 from firebird.driver import Cursor, DatabaseError
 
+from subscriptions.capture.drift import NOT_SUBSCRIBED, OK, capture_states
 from subscriptions.capture.names import check_tag
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
@@ -98,6 +99,8 @@ def prepare(options: ListenOptions) -> None:
         reaper.reap(db)  # the workers of a listener that was killed
         rebuild_claim_index(db)
         targets = load_targets(db)
+        served = sorted(options.tags or {t.tag for t in targets if t.tag in handlers})
+        captures = db.run(lambda cursor: capture_states(cursor, {t.table for t in targets if t.tag in served}))
         version = ".".join(map(str, db.engine_version))
     if orphans:
         log.info("deleted %s event(s) of purged subscriptions", orphans)
@@ -112,7 +115,14 @@ def prepare(options: ListenOptions) -> None:
                 target.action,
                 target.tag,
             )
-    served = sorted(options.tags or {t.tag for t in targets if t.tag in handlers})
+    for table, state in captures.items():
+        if state not in (OK, NOT_SUBSCRIBED):
+            log.warning(
+                "the capture of %s is not as subscribed: %s (`subs status --check` names such drift; README, "
+                '"Drift is visible", says how to repair it)',
+                table,
+                state,
+            )
     log.info(
         "listening on %s (Firebird %s) in %s mode with %s worker(s) for tags: %s",
         options.settings.dsn,
