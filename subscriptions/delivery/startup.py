@@ -17,7 +17,7 @@ import sys
 import pluggy
 from firebird.driver import Cursor, DatabaseError
 
-from subscriptions.capture.drift import NOT_SUBSCRIBED, OK, capture_states
+from subscriptions.capture.drift import NOT_SUBSCRIBED, OK, STALE, capture_states
 from subscriptions.capture.names import check_tag
 from subscriptions.db import sql
 from subscriptions.db.connection import Database
@@ -117,12 +117,8 @@ def prepare(options: ListenOptions) -> None:
             )
     for table, state in captures.items():
         if state not in (OK, NOT_SUBSCRIBED):
-            log.warning(
-                "the capture of %s is not as subscribed: %s (`subs status --check` names such drift; README, "
-                '"Drift is visible", says how to repair it)',
-                table,
-                state,
-            )
+            remedy = "`subs init` makes it again" if state == STALE else 'README, "Drift is visible": how to repair it'
+            log.warning("the capture of %s is not as subscribed: %s (%s)", table, state, remedy)
     log.info(
         "listening on %s (Firebird %s) in %s mode with %s worker(s) for tags: %s",
         options.settings.dsn,
