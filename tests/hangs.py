@@ -21,6 +21,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -71,7 +72,11 @@ def disarm() -> None:
 
 def _kill_started_processes(dump: IO[str]) -> None:
     """SIGKILL every process this test process started, and name them after
-    the stacks in ``dump``."""
+    the stacks in ``dump``. The file then gets a name of its own: a test that
+    waited on a process fails as it dies, before its bound, and the next
+    test's ``arm`` would have emptied the file (probably why a quick run of
+    the benchmarks that died of SIGKILL in a CI run showed no stacks)."""
+    global _dump
     killed = []
     for pid in descendants(os.getpid()):
         command = cmdline(pid)
@@ -81,6 +86,8 @@ def _kill_started_processes(dump: IO[str]) -> None:
     dump.seek(0, os.SEEK_END)  # past faulthandler's stacks, written to the same file
     dump.write(f"killed the processes it had started: {len(killed)}\n{''.join(killed)}")
     dump.flush()
+    os.rename(dump.name, Path(os.environ[DIRECTORY]) / f"{os.getpid()}-killed-{time.monotonic_ns()}.txt")
+    _dump = None  # the next test's arm opens a new file; faulthandler keeps this one until then
 
 
 def report(config: pytest.Config, terminalreporter: pytest.TerminalReporter) -> None:
