@@ -157,6 +157,90 @@ def test_a_listener_stopped_as_its_claimer_attaches_stops_without_a_warning(item
     assert noisy == []
 
 
+SLOW_TO_LOAD = """
+import multiprocessing, pathlib, time
+from subscriptions import hookimpl
+
+if multiprocessing.current_process().name == "subs-worker":  # the claimer, as it loads its handlers
+    pathlib.Path({loading!r}).touch()
+    deadline = time.monotonic() + 30
+    while not pathlib.Path({go_on!r}).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+@hookimpl
+def register_handlers(register, config):
+    register("rec", lambda event, settings: None)
+"""
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False], ids=["Ctrl-C", "SIGTERM"])
+def test_a_listener_stopped_as_its_claimer_loads_the_handlers_stops_it_gracefully(
+    items, tmp_path: Path, ctrl_c: bool
+) -> None:
+    """The claimer took the stop signals only once it had loaded the
+    handlers and started its handler processes: a Ctrl-C meanwhile (a plugin
+    slow to import) logged `ERROR the claimer failed; the listener starts a
+    new one` with a KeyboardInterrupt traceback, and a SIGTERM killed it at
+    once, also midway through starting a handler process, which logged
+    `EOFError: Ran out of input` with its traceback (once in a CI run of the
+    test above). Now they wait until it is ready, and it stops gracefully."""
+    loading, go_on = tmp_path / "loading", tmp_path / "go-on"
+    plugin = tmp_path / "slow_to_load.py"
+    plugin.write_text(SLOW_TO_LOAD.format(loading=str(loading), go_on=str(go_on)))
+    log = tmp_path / "listener.log"
+    with open(log, "w") as output, interrupt(signal.SIG_DFL):
+        listening = subprocess.Popen(
+            [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--plugin", str(plugin)],
+            env={**os.environ, **credentials(items)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            process_group=0,  # a job of its own, as a shell starts it: Ctrl-C signals each of its processes
+        )
+    wait_until(loading.exists, 60, "the claimer to load the handlers")
+    if ctrl_c:
+        os.killpg(listening.pid, signal.SIGINT)
+    else:
+        listening.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping: letting handlers finish" in log.read_text(), 30, "the listener to stop")
+    go_on.touch()
+    assert listening.wait(60) == 0, log.read_text()
+    said = log.read_text()
+    for sign_of_trouble in ("WARNING", "ERROR", "Traceback", "grace period over"):
+        assert sign_of_trouble not in said, said
+
+
+@pytest.mark.parametrize("engine", [EMBEDDED])
+def test_ctrl_c_as_a_listener_starts_its_processes_shows_no_traceback(items, tmp_path: Path) -> None:
+    """Ctrl-C reaches every process of the job. Within a second of `listening
+    on`, the claimer and its handler processes were still importing their
+    modules, and each printed a KeyboardInterrupt traceback (22 stops of 30
+    by hand). Now it waits until each can act on it: a handler process
+    ignores it, and the claimer stops gracefully. The stops are spread over
+    that second."""
+    plugin = tmp_path / "quiet.py"
+    plugin.write_text(QUIET_PLUGIN)
+    noisy = []
+    for run in range(10):
+        log = tmp_path / f"listener-{run}.log"
+        with open(log, "w") as output, interrupt(signal.SIG_DFL):
+            listening = subprocess.Popen(
+                [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--plugin", str(plugin)]
+                + ["--mode", "parallel", "--workers", "4"],
+                env={**os.environ, **credentials(items)},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+            )
+        wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
+        time.sleep(0.1 * run)
+        os.killpg(listening.pid, signal.SIGINT)
+        assert listening.wait(60) == 0, log.read_text()
+        said = log.read_text()
+        if "WARNING" in said or "ERROR" in said or "Traceback" in said:
+            noisy.append(said)
+    assert noisy == []
+
+
 def test_sigterm_ends_a_status_watch_as_ctrl_c_does(items) -> None:
     """Quietly, exit 0: it was stopped the way it is meant to stop. It ended
     with "cannot connect to ...: connection shutdown"."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from subscriptions.db.retry import Backoff
 
-from . import handler_process
+from . import handler_process, lifeline
 from .claimed import Claimed
 from .claims import Stream
 from .handler_process import EXIT_RECYCLED, JOB, RETURNED, STARTED, Job, Report
@@ -129,7 +129,8 @@ class HandlerPool:
             name="subs-handler",
             daemon=True,
         )
-        process.start()
+        with lifeline.interrupts_held():  # until the process ignores them (handler_process.main)
+            process.start()
         theirs.close()
         return Slot(process, mine, progress)
 

@@ -206,8 +206,9 @@ class Supervisor:
     def _spawning(self) -> Iterator[None]:
         """What the processes started meanwhile ignore from their start on:
         the terminal's stop key on an embedded database (terminal_stop.py),
-        and its hangup, which only this supervisor takes."""
-        with terminal_stop_ignored(self.options.settings), lifeline.hangup_ignored():
+        and its hangup, which only this supervisor takes; and what they hold
+        back until they can act on it: SIGINT and SIGTERM (lifeline.py)."""
+        with terminal_stop_ignored(self.options.settings), lifeline.hangup_ignored(), lifeline.interrupts_held():
             yield
 
     def _start(self) -> BaseProcess:

@@ -471,6 +471,7 @@ def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double 
     try:
         worker = Worker(options, reports, progress)
         worker._install_signal_handlers()
+        lifeline.take_held_interrupts()  # held since the start: a stop now halts the worker gracefully
         code = worker.run()
     except BaseException:
         log.exception("the claimer failed; the listener starts a new one")
