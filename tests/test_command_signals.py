@@ -216,7 +216,8 @@ def test_ctrl_c_as_a_listener_starts_its_processes_shows_no_traceback(items, tmp
     modules, and each printed a KeyboardInterrupt traceback (22 stops of 30
     by hand). Now it waits until each can act on it: a handler process
     ignores it, and the claimer stops gracefully. The stops are spread over
-    that second."""
+    that second; one that hangs a claimer in its first attach
+    (FIREBIRD-BUGS 11) makes the test run again, as above."""
     plugin = tmp_path / "quiet.py"
     plugin.write_text(QUIET_PLUGIN)
     noisy = []
@@ -236,6 +237,8 @@ def test_ctrl_c_as_a_listener_starts_its_processes_shows_no_traceback(items, tmp
         os.killpg(listening.pid, signal.SIGINT)
         assert listening.wait(60) == 0, log.read_text()
         said = log.read_text()
+        if "grace period over: killing workers" in said:
+            raise EngineWedged(f"a claimer stopped as it attached hung in the engine (FIREBIRD-BUGS 11):\n{said}")
         if "WARNING" in said or "ERROR" in said or "Traceback" in said:
             noisy.append(said)
     assert noisy == []
