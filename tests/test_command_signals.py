@@ -112,6 +112,20 @@ def test_a_listener_stopped_while_it_starts_stops_as_it_would_later(
     assert (listening.returncode, complained.splitlines()[-1]) == (code, said), complained
 
 
+def _listen_as_a_job(settings, plugin: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """`subs listen --plugin PLUGIN ARGS`, its output in ``log``, as a shell
+    starts a job: SIGINT not ignored, and a process group of its own, which
+    Ctrl-C (os.killpg) signals every process of."""
+    with open(log, "w") as output, interrupt(signal.SIG_DFL):
+        return subprocess.Popen(
+            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin), *args],
+            env={**os.environ, **credentials(settings)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+
+
 QUIET_PLUGIN = """
 from subscriptions import hookimpl
 
@@ -138,13 +152,7 @@ def test_a_listener_stopped_as_its_claimer_attaches_stops_without_a_warning(item
     noisy = []
     for run in range(24):
         log = tmp_path / f"listener-{run}.log"
-        with open(log, "w") as output, interrupt(signal.SIG_DFL):
-            listening = subprocess.Popen(
-                [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--plugin", str(plugin)],
-                env={**os.environ, **credentials(items)},
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
+        listening = _listen_as_a_job(items, plugin, log)
         wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
         time.sleep(0.35 + 0.4 * run / 24)
         listening.send_signal(signal.SIGTERM)
@@ -188,14 +196,7 @@ def test_a_listener_stopped_as_its_claimer_loads_the_handlers_stops_it_gracefull
     plugin = tmp_path / "slow_to_load.py"
     plugin.write_text(SLOW_TO_LOAD.format(loading=str(loading), go_on=str(go_on)))
     log = tmp_path / "listener.log"
-    with open(log, "w") as output, interrupt(signal.SIG_DFL):
-        listening = subprocess.Popen(
-            [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--plugin", str(plugin)],
-            env={**os.environ, **credentials(items)},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            process_group=0,  # a job of its own, as a shell starts it: Ctrl-C signals each of its processes
-        )
+    listening = _listen_as_a_job(items, plugin, log)
     wait_until(loading.exists, 60, "the claimer to load the handlers")
     if ctrl_c:
         os.killpg(listening.pid, signal.SIGINT)
@@ -223,15 +224,7 @@ def test_ctrl_c_as_a_listener_starts_its_processes_shows_no_traceback(items, tmp
     noisy = []
     for run in range(10):
         log = tmp_path / f"listener-{run}.log"
-        with open(log, "w") as output, interrupt(signal.SIG_DFL):
-            listening = subprocess.Popen(
-                [sys.executable, "-m", "subscriptions", "-d", items.dsn, "listen", "--plugin", str(plugin)]
-                + ["--mode", "parallel", "--workers", "4"],
-                env={**os.environ, **credentials(items)},
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-            )
+        listening = _listen_as_a_job(items, plugin, log, "--mode", "parallel", "--workers", "4")
         wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
         time.sleep(0.1 * run)
         os.killpg(listening.pid, signal.SIGINT)
