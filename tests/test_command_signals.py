@@ -7,11 +7,13 @@ database failed, and leave the database as it found it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from subscriptions.cli import cli
 from subscriptions.cli.stopping import stops_noted
 
 from conftest import EMBEDDED, EngineWedged, credentials, execute, query, uncommitted, wait_until
-from processes import interrupt
+from processes import interrupt, kill_group
 
 STOPPED = {
     signal.SIGTERM: "Error: stopped by SIGTERM before it ended; what it had not committed is rolled back",
@@ -112,18 +114,25 @@ def test_a_listener_stopped_while_it_starts_stops_as_it_would_later(
     assert (listening.returncode, complained.splitlines()[-1]) == (code, said), complained
 
 
-def _listen_as_a_job(settings, plugin: Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+@contextlib.contextmanager
+def _listening_as_a_job(settings, plugin: Path, log: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """`subs listen --plugin PLUGIN ARGS`, its output in ``log``, as a shell
     starts a job: SIGINT not ignored, and a process group of its own, which
-    Ctrl-C (os.killpg) signals every process of."""
+    Ctrl-C (os.killpg) signals every process of. Killed, with its group, if
+    it still runs at the end (a test that failed waiting for it to stop)."""
     with open(log, "w") as output, interrupt(signal.SIG_DFL):
-        return subprocess.Popen(
+        listening = subprocess.Popen(
             [sys.executable, "-m", "subscriptions", "-d", settings.dsn, "listen", "--plugin", str(plugin), *args],
             env={**os.environ, **credentials(settings)},
             stdout=output,
             stderr=subprocess.STDOUT,
             process_group=0,
         )
+    try:
+        yield listening
+    finally:
+        if listening.poll() is None:
+            kill_group(listening)
 
 
 QUIET_PLUGIN = """
@@ -152,11 +161,11 @@ def test_a_listener_stopped_as_its_claimer_attaches_stops_without_a_warning(item
     noisy = []
     for run in range(24):
         log = tmp_path / f"listener-{run}.log"
-        listening = _listen_as_a_job(items, plugin, log)
-        wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
-        time.sleep(0.35 + 0.4 * run / 24)
-        listening.send_signal(signal.SIGTERM)
-        assert listening.wait(60) == 0, log.read_text()
+        with _listening_as_a_job(items, plugin, log) as listening:
+            wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
+            time.sleep(0.35 + 0.4 * run / 24)
+            listening.send_signal(signal.SIGTERM)
+            assert listening.wait(60) == 0, log.read_text()
         said = log.read_text()
         if "grace period over: killing workers" in said:
             raise EngineWedged(f"a claimer stopped as it attached hung in the engine (FIREBIRD-BUGS 11):\n{said}")
@@ -196,15 +205,15 @@ def test_a_listener_stopped_as_its_claimer_loads_the_handlers_stops_it_gracefull
     plugin = tmp_path / "slow_to_load.py"
     plugin.write_text(SLOW_TO_LOAD.format(loading=str(loading), go_on=str(go_on)))
     log = tmp_path / "listener.log"
-    listening = _listen_as_a_job(items, plugin, log)
-    wait_until(loading.exists, 60, "the claimer to load the handlers")
-    if ctrl_c:
-        os.killpg(listening.pid, signal.SIGINT)
-    else:
-        listening.send_signal(signal.SIGTERM)
-    wait_until(lambda: "stopping: letting handlers finish" in log.read_text(), 30, "the listener to stop")
-    go_on.touch()
-    assert listening.wait(60) == 0, log.read_text()
+    with _listening_as_a_job(items, plugin, log) as listening:
+        wait_until(loading.exists, 60, "the claimer to load the handlers")
+        if ctrl_c:
+            os.killpg(listening.pid, signal.SIGINT)
+        else:
+            listening.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping: letting handlers finish" in log.read_text(), 30, "the listener to stop")
+        go_on.touch()
+        assert listening.wait(60) == 0, log.read_text()
     said = log.read_text()
     for sign_of_trouble in ("WARNING", "ERROR", "Traceback", "grace period over"):
         assert sign_of_trouble not in said, said
@@ -224,11 +233,11 @@ def test_ctrl_c_as_a_listener_starts_its_processes_shows_no_traceback(items, tmp
     noisy = []
     for run in range(10):
         log = tmp_path / f"listener-{run}.log"
-        listening = _listen_as_a_job(items, plugin, log, "--mode", "parallel", "--workers", "4")
-        wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
-        time.sleep(0.1 * run)
-        os.killpg(listening.pid, signal.SIGINT)
-        assert listening.wait(60) == 0, log.read_text()
+        with _listening_as_a_job(items, plugin, log, "--mode", "parallel", "--workers", "4") as listening:
+            wait_until(lambda: "listening on" in log.read_text(), 60, "the listener to start its claimer")
+            time.sleep(0.1 * run)
+            os.killpg(listening.pid, signal.SIGINT)
+            assert listening.wait(60) == 0, log.read_text()
         said = log.read_text()
         if "grace period over: killing workers" in said:
             raise EngineWedged(f"a claimer stopped as it attached hung in the engine (FIREBIRD-BUGS 11):\n{said}")
