@@ -41,6 +41,8 @@ ENGINES = (EMBEDDED, "fb3")
 ITEMS_TABLE = "CREATE TABLE ITEMS (ID INTEGER NOT NULL PRIMARY KEY, NOTE VARCHAR(20))"
 SERVER_LOG_OFFSET = pytest.StashKey[int]()
 SERVER_CRASH = pytest.StashKey[str]()
+LISTENERS = pytest.StashKey[list]()  # the test's listening.Listener processes
+LISTENER_WEDGED = pytest.StashKey[str]()
 # Test processes (pytest-xdist workers, see dev.sh) take turns: every test
 # holds TURN_LOCK shared, a test marked `alone` holds it exclusively. A test
 # waiting to run alone holds GATE_LOCK, which each test passes on its way in,
@@ -78,8 +80,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the Firebird 3 server crashed (Firebird 3.0.11 can die with "Fatal lock
     manager error: invalid lock id" when DDL on a table commits while other
     attachments write it, FirebirdSQL/firebird#8817, an engine race: seen
-    twice in a day of runs, in test_concurrency), or the test raised
-    EngineWedged or EngineCrashed. Any other failure fails at once."""
+    twice in a day of runs, in test_concurrency), the test raised
+    EngineWedged or EngineCrashed, or one of its listeners never served and
+    waits inside the engine (Listener.wait_serving's wedge, which can meet
+    any listener's start). Any other failure fails at once."""
     for item in items:
         item.add_marker(pytest.mark.flaky(reruns=1, condition=partial(engine_failed_under, item)))
 
@@ -87,6 +91,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def engine_failed_under(item: pytest.Item, error: BaseException | None) -> bool:
     if isinstance(error, (EngineWedged, EngineCrashed)):
         warnings.warn(f"{error}; the test runs again")
+        return True
+    if LISTENER_WEDGED in item.stash:
+        warnings.warn(f"{item.stash[LISTENER_WEDGED]} never served, waiting inside the engine; the test runs again")
         return True
     if SERVER_CRASH not in item.stash:
         return False
@@ -148,6 +155,8 @@ def turn(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if LISTENER_WEDGED in item.stash:
+        del item.stash[LISTENER_WEDGED]
     if uses_fb3_server(item):
         item.stash[SERVER_LOG_OFFSET] = fb3server.log_size()
         if SERVER_CRASH in item.stash:
@@ -157,6 +166,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
     report = yield
+    if report.failed and call.when == "call":
+        for listener in item.stash.get(LISTENERS, []):
+            shown, wedged = listener.post_mortem()
+            report.sections.append((f"listener {listener.process.pid}", shown))
+            if wedged:
+                item.stash[LISTENER_WEDGED] = f"listener {listener.process.pid}"
     if report.failed and SERVER_LOG_OFFSET in item.stash:
         crash = fb3server.crash_since(item.stash[SERVER_LOG_OFFSET])
         if crash:
@@ -247,9 +262,11 @@ def items(settings: ConnectionSettings) -> ConnectionSettings:
 
 
 @pytest.fixture
-def listeners() -> Iterator[list]:
-    """Listener processes to kill when the test ends."""
+def listeners(request: pytest.FixtureRequest) -> Iterator[list]:
+    """Listener processes to kill when the test ends; a failed test's report
+    shows their logs, and the stacks of those still running."""
     started: list = []  # listening.Listener
+    request.node.stash[LISTENERS] = started
     yield started
     for listener in started:
         listener.stop()

@@ -102,6 +102,7 @@ class Listener:
     group that has no parent in its session (an orphaned group)."""
 
     def __init__(self, settings, tmp_path: Path, *args: str, job: bool = False) -> None:
+        self.settings = settings
         self.record = tmp_path / "record.jsonl"
         plugin = tmp_path / "recorder.py"
         plugin.write_text(RECORDER)
@@ -151,26 +152,29 @@ class Listener:
                 raise AssertionError(f"timed out; record: {self.lines()[-5:]}; log: {self.output()[-2000:]}")
             time.sleep(0.05)
 
-    def wait_serving(self, settings, timeout: float = 60.0) -> None:
+    def wait_serving(self, timeout: float = 60.0) -> None:
         """Wait until a claimer of this listener has attached and serves. On
         embedded Firebird the claimer of a fresh, idle database once waited
         inside the engine for over two minutes at its start (the engine's
         hang of SOAK-NOTES finding 8): one still inside the engine after
         ``timeout`` raises EngineWedged with the stacks; any other wait fails."""
         deadline = time.monotonic() + timeout
-        while not self._serving(settings):
+        while not self._serving():
             if self.process.poll() is not None:
                 raise AssertionError(f"listener exited with {self.process.returncode}: {self.output()}")
             if time.monotonic() > deadline:
                 stacks = self.stacks()
-                if "libEngine" in stacks:
+                if self._wedged_at_start(stacks):
                     raise EngineWedged(f"no claimer served in {timeout:g} s, waiting inside the engine:\n{stacks}")
                 raise AssertionError(f"no claimer served in {timeout:g} s; log: {self.output()[-2000:]}\n{stacks}")
             time.sleep(0.1)
 
-    def _serving(self, settings) -> bool:
+    def _wedged_at_start(self, stacks: str) -> bool:
+        return "libEngine" in stacks and not self._serving()
+
+    def _serving(self) -> bool:
         owners = {f"{socket.gethostname()}:{pid}" for pid in group(self.process.pid)}
-        return any(owner in owners for (owner,) in query(settings, SERVING_WORKERS))
+        return any(owner in owners for (owner,) in query(self.settings, SERVING_WORKERS))
 
     def finish(self, timeout: float = 120.0) -> int:
         return self.process.wait(timeout)
@@ -183,6 +187,17 @@ class Listener:
         """py-spy dumps of the listener's processes (its process group), for
         the engine's waits of SOAK-NOTES finding 8."""
         return "\n".join(py_spy_dump(pid, self.record.with_name(f"stack-{pid}.txt")) for pid in group(self.process.pid))
+
+    def post_mortem(self) -> tuple[str, bool]:
+        """What a failed test shows of this listener: its log's end and, while
+        it runs, where its processes are; and whether it is wedged at its
+        start, as wait_serving finds it: no claimer serves yet and they wait
+        inside the engine (any other wait is the test's failure)."""
+        log = self.output()[-4000:]
+        if self.process.poll() is not None:
+            return f"exited with {self.process.returncode}; log:\n{log}", False
+        stacks = self.stacks()
+        return f"log:\n{log}\nstacks:\n{stacks}", self._wedged_at_start(stacks)
 
     def stop(self) -> None:
         """Kill the listener and its workers (a process group of their own),

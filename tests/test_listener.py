@@ -571,7 +571,7 @@ def test_status_shows_the_listeners_of_each_tag_and_check_names_a_lagging_subscr
     execute(items, "UPDATE ITEMS SET NOTE = 'x'")
     other = Listener(items, tmp_path, "--tag", "rec2")
     listeners.append(other)
-    other.wait_serving(items)
+    other.wait_serving()
     time.sleep(1.1)
     lagging = subs("status", "--check", "--max-lag", "1")
     assert lagging.exit_code == 1
@@ -977,7 +977,7 @@ def test_one_tag_is_not_consumed_in_two_modes_at_once(items, tmp_path, listeners
     for other tags, it starts."""
     ordered = Listener(items, tmp_path, "--tag", "rec")
     listeners.append(ordered)
-    ordered.wait_serving(items)
+    ordered.wait_serving()
 
     refused = Listener(items, tmp_path, "--mode", "parallel", "--drain")
     listeners.append(refused)
