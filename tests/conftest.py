@@ -169,7 +169,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed and call.when == "call":
         for listener in item.stash.get(LISTENERS, []):
-            shown, wedged = listener.post_mortem()
+            try:
+                shown, wedged = listener.post_mortem()
+            except Exception as exc:  # the database shut down or gone: the report must still come
+                shown, wedged = f"no post-mortem: {exc!r}", False
             report.sections.append((f"listener {listener.process.pid}", shown))
             if wedged:
                 item.stash[LISTENER_WEDGED] = f"listener {listener.process.pid}"
