@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     attachments write it, FirebirdSQL/firebird#8817, an engine race: seen
     twice in a day of runs, in test_concurrency), the test raised
     EngineWedged or EngineCrashed, or one of its listeners never served and
-    waits inside the engine (Listener.wait_serving's wedge, which can meet
+    waits inside the engine (Listener.post_mortem's wedge, which can meet
     any listener's start). Any other failure fails at once."""
     for item in items:
         item.add_marker(pytest.mark.flaky(reruns=1, condition=partial(engine_failed_under, item)))
