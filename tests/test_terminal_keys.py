@@ -9,6 +9,8 @@ import itertools
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from subscriptions.db.terminal_stop import REFUSED
@@ -114,6 +116,45 @@ def test_closing_its_terminal_stops_a_listener_gracefully_unless_it_runs_under_n
     assert under_nohup.process.poll() is None and "stopping" not in under_nohup.output()
     os.killpg(under_nohup.process.pid, signal.SIGINT)
     assert under_nohup.finish(60) == 0, under_nohup.output()
+
+
+STARTING_A_CLAIMER = """
+import os, signal, subprocess, sys
+from subscriptions.delivery import lifeline
+
+taken = []
+signal.signal(signal.SIGHUP, lambda signum, frame: taken.append(signum))  # as the supervisor's
+with lifeline.stop_signals_held():  # as the supervisor starts a claimer
+    claimer = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+    os.killpg(0, signal.SIGHUP)  # the terminal closes meanwhile
+print(taken, claimer.wait())
+"""
+
+CLAIMER_STARTING = """
+import time
+from subscriptions.delivery import lifeline
+
+time.sleep(0.5)  # importing its modules
+lifeline.leave_hangup_to_the_parent()  # as worker.main starts
+lifeline.take_held_stop_signals()
+time.sleep(0.2)
+"""
+
+
+def test_a_hangup_as_the_supervisor_starts_a_claimer_stops_the_supervisor_alone():
+    """The supervisor ignored SIGHUP while it started a claimer, for the
+    claimer to inherit: a terminal closed in those milliseconds left the
+    listener running. It now holds it back meanwhile and takes it after;
+    the new claimer, which holds it too, drops it as it starts and lives on
+    (the supervisor stops it gracefully)."""
+    started = subprocess.run(
+        [sys.executable, "-c", STARTING_A_CLAIMER, CLAIMER_STARTING],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        process_group=0,
+    )
+    assert (started.returncode, started.stdout) == (0, f"[{int(signal.SIGHUP)}] 0\n"), started.stderr
 
 
 def test_the_supervisors_signal_handler_only_counts_and_its_loop_acts(items, caplog):

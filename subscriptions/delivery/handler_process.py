@@ -250,7 +250,7 @@ def main(
     lifeline.die_with(parent)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    lifeline.take_held_interrupts()
+    lifeline.take_held_stop_signals()
     time.sleep(start_pause)
     _one_write_per_line()
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)

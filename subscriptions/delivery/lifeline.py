@@ -21,7 +21,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 _halter: threading.Thread | None = None
 _stop_signalled = False  # see stop_signalled()
-_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
+_HELD = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 @functools.cache
@@ -81,46 +81,36 @@ def reap_orphans(waited_for: Collection[int]) -> list[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def hangup_ignored() -> Iterator[None]:
-    """Ignore SIGHUP meanwhile, so that the processes started inside ignore
-    it (exec keeps SIG_IGN): when the terminal closes, the supervisor alone
-    takes it and stops them. multiprocessing's resource tracker, which
-    ignores only SIGINT and SIGTERM, died of it and left warnings and
-    tracebacks behind. Main thread only; ``stop_signals`` is read first,
-    from this process's own disposition."""
-    stop_signals()
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-
-
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back in this thread meanwhile, so that the
-    processes started inside begin with them held (exec keeps a thread's
-    signal mask) until they can act on them (``take_held_interrupts``). A
+def stop_signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP back in this thread meanwhile, so that
+    the processes started inside begin with them held (exec keeps a thread's
+    signal mask) until they can act on them (``take_held_stop_signals``). A
     Ctrl-C within a second of the start met the claimer and its handler
     processes importing their modules, and each printed a KeyboardInterrupt
     traceback (22 stops of 30 by hand); a SIGTERM killed a claimer that was
-    still importing. This process loses none: another of its threads takes
-    them, or this one once they are let through. (multiprocessing lets them
-    through itself if it has to start its resource tracker again.)"""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    still importing; a terminal's hangup killed multiprocessing's resource
+    tracker, which ignores only SIGINT and SIGTERM, and keeps SIGHUP held.
+    This process loses none: another of its threads takes them, or this one
+    once they are let through. (Ignoring SIGHUP here instead, for the
+    children to inherit, lost a hangup that came meanwhile.)"""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def take_held_interrupts() -> None:
-    """Let through the SIGINT and SIGTERM held since this process started
-    (``interrupts_held``), once it has set what they do."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _INTERRUPTS)
+def leave_hangup_to_the_parent() -> None:
+    """Ignore SIGHUP from now on, and drop one held since the start
+    (``stop_signals_held``): when the terminal closes, the supervisor alone
+    takes it and stops its children. Before ``stop_signals`` is first read."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def take_held_stop_signals() -> None:
+    """Let through the stop signals held since this process started
+    (``stop_signals_held``), once it has set what they do."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
 def halt_on_stop_signals(halt: Callable[[], None]) -> None:

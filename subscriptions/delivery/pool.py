@@ -129,7 +129,7 @@ class HandlerPool:
             name="subs-handler",
             daemon=True,
         )
-        with lifeline.interrupts_held():  # until the process ignores them (handler_process.main)
+        with lifeline.stop_signals_held():  # until the process ignores them (handler_process.main)
             process.start()
         theirs.close()
         return Slot(process, mine, progress)

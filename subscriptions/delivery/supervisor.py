@@ -205,10 +205,10 @@ class Supervisor:
     @contextlib.contextmanager
     def _spawning(self) -> Iterator[None]:
         """What the processes started meanwhile ignore from their start on:
-        the terminal's stop key on an embedded database (terminal_stop.py),
-        and its hangup, which only this supervisor takes; and what they hold
-        back until they can act on it: SIGINT and SIGTERM (lifeline.py)."""
-        with terminal_stop_ignored(self.options.settings), lifeline.hangup_ignored(), lifeline.interrupts_held():
+        the terminal's stop key on an embedded database (terminal_stop.py);
+        and what they hold back until they can act on it: SIGINT, SIGTERM and
+        the hangup, which only this supervisor takes (lifeline.py)."""
+        with terminal_stop_ignored(self.options.settings), lifeline.stop_signals_held():
             yield
 
     def _start(self) -> BaseProcess:

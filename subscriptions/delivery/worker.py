@@ -465,13 +465,14 @@ class Worker:
 
 def main(options: ListenOptions, reports: Queue[Any] | None, progress: c_double | None = None, parent: int = 0) -> None:
     """Entry point of a spawned worker process."""
+    lifeline.leave_hangup_to_the_parent()
     if parent:
         lifeline.die_with(parent)
     logs.configure(level=options.log_level, fmt=options.log_format, logfile=options.log_file)
     try:
         worker = Worker(options, reports, progress)
         worker._install_signal_handlers()
-        lifeline.take_held_interrupts()  # held since the start: a stop now halts the worker gracefully
+        lifeline.take_held_stop_signals()  # held since the start: a stop now halts the worker gracefully
         code = worker.run()
     except BaseException:
         log.exception("the claimer failed; the listener starts a new one")
