@@ -20,6 +20,7 @@ from subscriptions.capture.values import decode
 from subscriptions.db.connection import Database, read_blob
 from subscriptions.errors import SubsError
 from subscriptions.ops.backfill import backfill
+from subscriptions.ops.status import PARTIAL_VIEW
 
 from conftest import EMBEDDED, Subs, assert_one_line_error, events, execute, query, state, wait_until
 
@@ -557,8 +558,10 @@ def test_a_user_who_may_not_see_every_attachment_is_not_told_a_run_stopped(
     assert "30/30 rows (100%), stopped " in subs.ok("status")
     shown = Subs(viewer).ok("status")
     assert "30/30 rows (100%), updated " in shown and "stopped" not in shown
-    (row,) = [s for s in json.loads(Subs(viewer).ok("status", "--json")) if s["tag"] == "rec"]
+    as_json = Subs(viewer)("status", "--json")
+    (row,) = [s for s in json.loads(as_json.stdout) if s["tag"] == "rec"]
     assert row["backfill"]["running"] is None
+    assert as_json.stderr == f"note: {PARTIAL_VIEW}\n"
     if engine != "fb3":  # Firebird 4 and later: a role with MONITOR_ANY_ATTACHMENT sees every attachment
         execute(lines, "CREATE ROLE SUBS_MONITOR SET SYSTEM PRIVILEGES TO MONITOR_ANY_ATTACHMENT")
         execute(lines, f"GRANT DEFAULT SUBS_MONITOR TO USER {viewer.user}")

@@ -5,6 +5,7 @@ console name it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -148,11 +149,14 @@ def test_status_and_the_console_name_a_transaction_open_for_long(items, monkeypa
         attachments.clear()
         note = Subs(items).ok("status").splitlines()[-1]
         assert len(attachments) == 1, "the note comes from the status's own attachment"
-        assert re.fullmatch(
+        expected = (
             rf"note: transaction {left_open.id} \(SYSDBA(, .+)?\) has been open for \d+\.\ds: the events handled "
-            r"since it started stay in EVENT_LOG as garbage, and the log grows with them; commit or roll it back",
-            note,
-        ), note
+            r"since it started stay in EVENT_LOG as garbage, and the log grows with them; commit or roll it back"
+        )
+        assert re.fullmatch(expected, note), note
+        as_json = Subs(items)("status", "--json")
+        assert as_json.exit_code == 0 and isinstance(json.loads(as_json.stdout), list), as_json.output
+        assert re.fullmatch(expected + "\n", as_json.stderr), as_json.stderr
         page = console_figures(items)
         assert f"Note: transaction {left_open.id} (SYSDBA" in page and 'id="open-transaction"' in page
     finally:

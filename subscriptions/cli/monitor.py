@@ -21,8 +21,13 @@ from .stopping import Terminated, shut_down_by
 def _print_status(ctx: click.Context, as_json: bool) -> None:
     status = read_status(app(ctx).settings)
     rows = status.subscriptions
-    if as_json:
+    notes = [] if status.sees_every_attachment else [PARTIAL_VIEW]
+    if status.open_transaction is not None:
+        notes.append(status.open_transaction.describe())
+    if as_json:  # the JSON stays the list scripts read; its notes go to stderr, as `subs failed`'s do
         click.echo(dumps([row.as_dict() for row in rows], indent=2))
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
         return
     headers = (
         "ID",
@@ -60,9 +65,6 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
             ],
         )
     )
-    notes = [] if status.sees_every_attachment else [PARTIAL_VIEW]
-    if status.open_transaction is not None:
-        notes.append(status.open_transaction.describe())
     for note in notes:
         click.echo(f"\nnote: {note}")
 
