@@ -604,10 +604,19 @@ def test_a_worker_that_stops_making_progress_is_replaced(items, tmp_path, monkey
 
     def drive(supervisor, record) -> None:
         deadline = time.monotonic() + 60
-        while not supervisor.workers and time.monotonic() < deadline:
-            time.sleep(0.05)
-        stuck = supervisor.workers[0]
-        wait_until(lambda: worker_attached(items, stuck.pid), 60, "the worker to attach")
+        attached: list = []  # the worker to stop, once attached
+
+        def one_attached() -> bool:
+            # On a busy machine a worker can take longer than this test's
+            # 3 s stall limit to start and attach, and is replaced: stop
+            # whichever worker attaches first.
+            worker = supervisor.workers[0] if supervisor.workers else None
+            if worker is not None and worker_attached(items, worker.pid):
+                attached.append(worker)
+            return bool(attached)
+
+        wait_until(one_attached, 60, "a worker to attach")
+        stuck = attached[0]
         os.kill(stuck.pid, signal.SIGSTOP)
         while supervisor.workers[0] in (stuck, None) and time.monotonic() < deadline:  # None: the restart pause
             time.sleep(0.05)
