@@ -90,9 +90,9 @@ def stop_signals_held() -> Iterator[None]:
     traceback (22 stops of 30 by hand); a SIGTERM killed a claimer that was
     still importing; a terminal's hangup killed multiprocessing's resource
     tracker, which ignores only SIGINT and SIGTERM (it now keeps SIGHUP held
-    for good). This process loses none: another of its threads takes them, or this one
-    once they are let through. (Ignoring SIGHUP here instead, for the
-    children to inherit, lost a hangup that came meanwhile.)"""
+    for good). This process loses none: another of its threads takes them,
+    or this one once they are let through. (Ignoring SIGHUP here instead,
+    for the children to inherit, lost a hangup that came meanwhile.)"""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         yield
