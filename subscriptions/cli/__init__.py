@@ -33,7 +33,7 @@ from subscriptions.errors import SubsError
 from subscriptions.schema.version import require_current
 
 from . import stopping
-from .stopping import Terminated, shut_down_by, stops_noted
+from .stopping import Terminated, leave, shut_down_by, stops_noted
 
 # Seconds a command waits for rows another transaction holds: subs's own
 # transactions hold them for milliseconds, so a longer wait is for a
@@ -214,11 +214,17 @@ def main() -> None:
     handler processes) runs the parent's main module again unless that was
     run with ``-m``: the ``subs`` script's would load the whole command line
     into every handler process (11 MB more each). Named as ``python -m
-    subscriptions``'s module, it is left alone by multiprocessing."""
+    subscriptions``'s module, it is left alone by multiprocessing. Its exit
+    waits for the engine's shutdown only so long (``stopping.leave``); not
+    a command's under CliRunner, whose process goes on using the engine."""
     program = sys.modules["__main__"]
     if program.__spec__ is None:
         program.__spec__ = importlib.util.find_spec("subscriptions.__main__")
-    cli(prog_name="subs")
+    try:
+        cli(prog_name="subs")
+    except SystemExit as exiting:
+        leave(exiting.code if isinstance(exiting.code, int) else int(exiting.code is not None))
+        raise
 
 
 from . import backfill, listen, manage, monitor, web  # noqa: E402,F401  (commands register themselves)

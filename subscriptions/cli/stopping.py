@@ -20,22 +20,35 @@ supervisor of a listener that had started meanwhile.) A stop noted in the driver
 library's handler is in place (during the first attach) shut nothing
 down: ``requested()`` tells, and a command asks it once attached
 (``open_database``), `subs listen` before it serves.
+
+The engine can hold a stop up for ever: a thread waiting inside it (for a
+lock of a process stopped or killed at the wrong moment, docs/OPERATIONS.md,
+"The embedded engine") runs no Python, so no handler of ours runs, and the
+engine's shutdown and exit hooks wait for it too. So a command that a stop
+has not ended within ``ENGINE_WAIT`` seconds ends without the engine, saying
+so, and every command's exit waits that long at most for the engine's
+shutdown (``leave``). Its attachments end with the process: what it had not
+committed is rolled back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
 
+import click
 from firebird.driver import DatabaseError
 
+from subscriptions.db import runtime
 from subscriptions.db.errors import is_connection_lost
 
 _DRIVER = "firebird."
+ENGINE_WAIT = 5.0  # seconds a stop, and an exit, wait for the engine
 _received: list[int] = []  # the stop signals of this process, in order: signals are the process's
 
 
@@ -87,13 +100,59 @@ def stops_noted() -> Iterator[list[int]]:
     for signum in taken:
         signal.signal(signum, stop)
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    # Python runs a handler in the main thread between two of its steps, which
+    # a thread waiting inside the engine never reaches; the C part of the
+    # handler also writes the signal's number to the wakeup file descriptor.
+    numbers, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    previous_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    ended = threading.Event()
+    ours = frozenset(taken)
+    threading.Thread(target=_end_when_stuck, args=(numbers, ours, stop, ended), name="stops", daemon=True).start()
     try:
         yield _received
     finally:
+        ended.set()
+        signal.set_wakeup_fd(previous_wakeup)
+        os.close(write_end)
         for signum in taken:
             signal.signal(signum, previous[signum])
         if not _received:  # after a stop, driver objects freed at exit meet the engine shut down
             sys.unraisablehook = previous_hook
+
+
+def _end_when_stuck(numbers: int, ours: frozenset[int], stop: object, ended: threading.Event) -> None:
+    """Thread: end the process once one of ``ours``, still handled by
+    ``stop``, has not ended the command within ENGINE_WAIT seconds."""
+    with os.fdopen(numbers, "rb", buffering=0) as received:
+        while arrived := received.read(64):
+            stops = [signum for signum in arrived if signum in ours and signal.getsignal(signum) is stop]
+            if stops and not ended.wait(ENGINE_WAIT):
+                stopped_by = signal.Signals(stops[0]).name
+                _end_without_engine(
+                    f"Error: stopped by {stopped_by}, but {_STUCK}: what it had not committed is rolled back", 1
+                )
+
+
+def leave(code: int) -> None:
+    """Before the command exits with ``code``: shut the engine down, or end
+    the process without it when it has not ended within ENGINE_WAIT seconds."""
+    if not runtime.shut_down(ENGINE_WAIT):
+        _end_without_engine(f"note: {_STUCK}", code)
+
+
+_STUCK = (
+    f"the database engine did not shut down within {ENGINE_WAIT:g} s (it waits for a lock of a process "
+    'stopped or killed at the wrong moment: docs/OPERATIONS.md, "The embedded engine"), so the command '
+    "ended without it"
+)
+
+
+def _end_without_engine(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def shut_down_by(exc: BaseException) -> BaseException | None:

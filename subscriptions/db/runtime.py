@@ -191,6 +191,27 @@ def _shut_down_at_exit() -> None:
             raise
 
 
+def shut_down(within: float) -> bool:
+    """Shut the engine down, waiting at most ``within`` seconds for it: False
+    when it has not ended by then. A thread waiting inside the engine holds
+    its shutdown up for as long as it waits, and the engine's own exit hooks
+    too: for a lock of a process stopped or killed at the wrong moment
+    (docs/OPERATIONS.md, "The embedded engine"), for ever. The process must
+    then end without them (``os._exit``)."""
+    if not fbapi.has_api():
+        return True
+    ended = threading.Event()
+
+    def shut() -> None:
+        try:
+            _shut_down_at_exit()
+        finally:
+            ended.set()
+
+    threading.Thread(target=shut, name="engine shutdown", daemon=True).start()
+    return ended.wait(within)
+
+
 def load() -> None:
     """Load the client library once per process (idempotent, thread-safe)."""
     with _lock:

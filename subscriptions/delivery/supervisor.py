@@ -65,6 +65,8 @@ RESTART_DELAY_MAX = 30.0
 # loop: the pause is for claimers that die before they get anything done.
 STEADY_RUN = 60.0
 RECOVERY_RETRY = 1.0
+# Seconds the end of a run waits for its threads' database work.
+THREAD_END_WAIT = 5.0
 STALL_MARGIN = 60.0
 # What an operator of an embedded database should know when claimers stall:
 # the engine's freeze after a SIGKILL (tests/SOAK-NOTES.md, finding 8) holds
@@ -191,16 +193,33 @@ class Supervisor:
             self.metrics.merge({"minutes": minutes})
             raise
 
-    def _record_last_minutes(self) -> None:
+    def _record_last_minutes(self, *, housekeeping_ended: bool) -> None:
         """At the end of a run, record what the workers reported last and
-        the backlog left behind."""
-        minutes = self.metrics.take_minutes()
-        try:
-            with Database(self.options.settings) as db:
-                self._record(db, minutes)
-                stats.record_backlog(db, self.recorder)
-        except (DatabaseError, SubsError) as exc:
-            log.warning("could not record the last statistics: %s", first_line(exc))
+        the backlog left behind, waiting THREAD_END_WAIT seconds at most: an
+        attach can wait inside the engine for ever (docs/OPERATIONS.md, "The
+        embedded engine"). Not while the housekeeping thread still waits
+        there, with minutes of its own to record into the same rows."""
+        if not housekeeping_ended:
+            log.warning("could not record the last statistics: housekeeping still waits for the database")
+            return
+        failed: list[str] = []
+
+        def record() -> None:
+            minutes = self.metrics.take_minutes()
+            try:
+                with Database(self.options.settings) as db:
+                    self._record(db, minutes)
+                    stats.record_backlog(db, self.recorder)
+            except (DatabaseError, SubsError) as exc:
+                failed.append(first_line(exc))
+
+        recording = threading.Thread(target=record, name="last statistics", daemon=True)
+        recording.start()
+        recording.join(THREAD_END_WAIT)
+        if recording.is_alive():
+            failed.append(f"the database did not answer within {THREAD_END_WAIT:g} s")
+        if failed:
+            log.warning("could not record the last statistics: %s", failed[0])
 
     @contextlib.contextmanager
     def _spawning(self) -> Iterator[None]:
@@ -405,8 +424,8 @@ class Supervisor:
                 process.kill()
             for thread in threads:
                 if thread.is_alive():
-                    thread.join(5.0)
+                    thread.join(THREAD_END_WAIT)
             self._collect_reports()
-            self._record_last_minutes()
+            self._record_last_minutes(housekeeping_ended=not threads[0].is_alive())
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
