@@ -2,7 +2,7 @@
 (docs/FIREBIRD-BUGS.md, 12): every attach of every process sharing its lock
 directory waits, whatever the database, for as long as it stays stopped.
 subs cannot end that wait, but Ctrl-C and SIGTERM still end a command, and a
-listener, within seconds."""
+listener, within seconds, and a claimer's stall names the stopped process."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pytest
 
 from subscriptions.cli.stopping import ENGINE_WAIT
 from subscriptions.db.settings import ConnectionSettings
+from subscriptions.delivery.supervisor import EMBEDDED_STALL, embedded_stall_hint
 
 from conftest import EMBEDDED, another_database, credentials, wait_until
 from listening import Listener
@@ -55,9 +56,10 @@ def _fb_init_locks() -> list[tuple[str, int]]:
 
 
 @contextlib.contextmanager
-def fb_init_held(settings: ConnectionSettings) -> Iterator[None]:
+def fb_init_held(settings: ConnectionSettings) -> Iterator[int]:
     """A process that attaches to ``settings``'s database and detaches, over
-    and over, stopped (SIGSTOP) at a moment it holds fb_init; killed at the end."""
+    and over, stopped (SIGSTOP) at a moment it holds fb_init; yields its pid,
+    killed at the end."""
     holder = subprocess.Popen(
         [sys.executable, "-c", ATTACH_AND_DETACH, settings.dsn],
         env={**os.environ, **credentials(settings)},
@@ -76,7 +78,7 @@ def fb_init_held(settings: ConnectionSettings) -> Iterator[None]:
             os.kill(holder.pid, signal.SIGCONT)
         else:
             raise AssertionError("the process never held fb_init when stopped")
-        yield
+        yield holder.pid
     finally:
         holder.kill()
         holder.wait()
@@ -122,3 +124,17 @@ def test_a_listener_stops_while_the_engine_holds_its_attaches(items, tmp_path: P
     said = listener.output()
     assert "could not record the last statistics" in said, said
     assert f"note: {STUCK}" in said, said
+
+
+def test_a_stalled_claimer_names_the_stopped_process_the_engine_may_wait_for(items) -> None:
+    """The log of a claimer's stall said only that a SIGKILLed process may
+    hold the engine; a stopped process, which only its resumption or end
+    lets go, is named. Not the stalled claimer itself: it is being killed."""
+    assert embedded_stall_hint(None) == EMBEDDED_STALL
+    with fb_init_held(another_database(items)) as holder:
+        hint = embedded_stall_hint(None)
+        assert embedded_stall_hint(holder) == EMBEDDED_STALL
+    shown = f"; stopped, sharing this embedded engine's lock directory: {holder} ({sys.executable} -c import sys "
+    assert hint.startswith(shown) and "\n" not in hint, hint
+    assert "...); every process of its databases may wait for it" in hint, hint
+    assert hint.endswith('until it is resumed (kill -CONT PID) or ended (docs/OPERATIONS.md, "The embedded engine")')

@@ -48,7 +48,7 @@ from subscriptions.capture.trigger_sync import ChangedTriggerSettler
 from subscriptions.db.connection import Database
 from subscriptions.db.errors import first_line
 from subscriptions.db.retry import Backoff
-from subscriptions.db.terminal_stop import terminal_stop_ignored
+from subscriptions.db.terminal_stop import stopped_sharers, terminal_stop_ignored
 from subscriptions.errors import SubsError
 
 from . import housekeeping, lifeline, reaper, recovery, stats, worker
@@ -76,6 +76,20 @@ EMBEDDED_STALL = (
     'engine after one was SIGKILLed (docs/OPERATIONS.md, "The embedded engine"): stop them all, the '
     "application's included, and start them again"
 )
+
+
+def embedded_stall_hint(stalled: int | None) -> str:
+    """EMBEDDED_STALL, or, when processes sharing the engine's lock directory
+    are stopped (SIGSTOP, Ctrl-Z, a debugger), which: the engine waits for
+    them, and only resuming or ending them ends the wait."""
+    stopped = stopped_sharers(but=stalled)
+    if not stopped:
+        return EMBEDDED_STALL
+    return (
+        f"; stopped, sharing this embedded engine's lock directory: {', '.join(stopped)}; every process of "
+        "its databases may wait for it inside the engine until it is resumed (kill -CONT PID) or ended "
+        '(docs/OPERATIONS.md, "The embedded engine")'
+    )
 
 
 @dataclass
@@ -251,7 +265,7 @@ class Supervisor:
         for process in self._alive():
             idle = time.monotonic() - self.progress[process].value
             if idle > self.stall_limit:
-                hint = "" if self.options.settings.is_remote else EMBEDDED_STALL
+                hint = "" if self.options.settings.is_remote else embedded_stall_hint(process.pid)
                 log.error("worker pid %s made no progress for %.0fs; killing it%s", process.pid, idle, hint)
                 process.kill()
 
