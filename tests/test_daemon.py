@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from subscriptions.cli import cli
+from subscriptions.db.processes import cmdline
 from subscriptions.errors import SubsError
 from subscriptions.ops import detach as daemon
 from subscriptions.ops import pidfile as pidfile_module
@@ -76,7 +77,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     arguments are in place (seen once in a CI run on a busy machine)."""
     child = subprocess.Popen(["sleep", "30"])
     deadline = time.monotonic() + 10
-    while pidfile_module.cmdline(child.pid) != ["sleep", "30"] and time.monotonic() < deadline:
+    while cmdline(child.pid) != ["sleep", "30"] and time.monotonic() < deadline:
         time.sleep(0.01)
     yield child
     child.kill()

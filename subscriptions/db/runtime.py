@@ -209,7 +209,10 @@ def shut_down(within: float) -> bool:
             ended.set()
 
     threading.Thread(target=shut, name="engine shutdown", daemon=True).start()
-    return ended.wait(within)
+    if not ended.wait(within):
+        return False
+    atexit.unregister(_shut_down_at_exit)  # shut down: the exit has nothing left to do
+    return True
 
 
 def load() -> None:

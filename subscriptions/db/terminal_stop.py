@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from subscriptions.db.processes import cmdline, state
 from subscriptions.db.settings import ConnectionSettings
 
 # Characters of a stopped process's command line that a log line shows.
@@ -83,22 +84,10 @@ def stopped_sharers(but: int | None) -> list[str]:
             if (os.makedev(int(major, 16), int(minor, 16)), int(inode)) in files:
                 holders.add(int(fields[4]))
     others = sorted(pid for pid in holders if pid not in (but, os.getpid()))
-    return [f"{pid} ({_command(pid)})" for pid in others if _stopped(pid)]
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] in "Tt"
+    return [f"{pid} ({_command(pid)})" for pid in others if state(pid) in ("T", "t")]
 
 
 def _command(pid: int) -> str:
     """Its command line on one line of a log, cut at COMMAND_SHOWN characters."""
-    try:
-        words = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split()
-    except OSError:
-        return "?"
-    line = " ".join(words)
+    line = " ".join(" ".join(cmdline(pid) or ["?"]).split())
     return line if len(line) <= COMMAND_SHOWN else line[: COMMAND_SHOWN - 3] + "..."

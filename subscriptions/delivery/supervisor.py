@@ -216,7 +216,6 @@ class Supervisor:
         if not housekeeping_ended:
             log.warning("could not record the last statistics: housekeeping still waits for the database")
             return
-        failed: list[str] = []
 
         def record() -> None:
             minutes = self.metrics.take_minutes()
@@ -225,15 +224,13 @@ class Supervisor:
                     self._record(db, minutes)
                     stats.record_backlog(db, self.recorder)
             except (DatabaseError, SubsError) as exc:
-                failed.append(first_line(exc))
+                log.warning("could not record the last statistics: %s", first_line(exc))
 
         recording = threading.Thread(target=record, name="last statistics", daemon=True)
         recording.start()
         recording.join(THREAD_END_WAIT)
         if recording.is_alive():
-            failed.append(f"the database did not answer within {THREAD_END_WAIT:g} s")
-        if failed:
-            log.warning("could not record the last statistics: %s", failed[0])
+            log.warning("could not record the last statistics: the database did not answer within %gs", THREAD_END_WAIT)
 
     @contextlib.contextmanager
     def _spawning(self) -> Iterator[None]:

@@ -14,10 +14,11 @@ import sys
 import time
 from types import FrameType
 
+from subscriptions.db.processes import cmdline
 from subscriptions.errors import SubsError
 from subscriptions.logs import open_append
 
-from .pidfile import PidFile, cmdline, is_alive, is_subs
+from .pidfile import PidFile, is_alive, is_subs
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

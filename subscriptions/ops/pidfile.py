@@ -15,20 +15,11 @@ import os
 import re
 import tempfile
 
+from subscriptions.db.processes import cmdline, state
 from subscriptions.errors import SubsError
 
 # The kernel's bound on pids (kernel.pid_max cannot be set higher).
 PID_MAX_LIMIT = 4_194_304
-
-
-def cmdline(pid: int) -> list[str] | None:
-    """The argv of ``pid``, or None when it is gone or hidden from us."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            raw = file.read()
-    except OSError:
-        return None
-    return [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]] or None
 
 
 def is_subs(argv: list[str]) -> bool:
@@ -48,12 +39,7 @@ def is_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            state = file.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in (b"Z", b"X")
+    return state(pid) not in ("Z", "X")  # None, unreadable: taken as alive
 
 
 class PidFile:
