@@ -103,6 +103,7 @@ CASES = {
     "status watching every 0s": (["status", "--watch", "0"], "Invalid value for '--watch'", USAGE),
     "lag limit without check": (["status", "--max-lag", "60"], "--max-lag is a limit for --check; add --check", USAGE),
     "lag limit of 0s": (["status", "--check", "--max-lag", "0"], "Invalid value for '--max-lag'", USAGE),
+    "check while watching": (["status", "--check", "--watch", "2"], "--check looks once, for monitoring", USAGE),
     "unknown command": (["frobnicate"], "No such command 'frobnicate'", USAGE),
     "stop without pidfile": (["stop", "--pidfile", "{tmp}/none.pid"], "no pidfile at", 1),
     "stop with a stale pidfile": (["stop", "--pidfile", "{tmp}/stale.pid"], "which is not running", 1),

@@ -540,9 +540,23 @@ def test_drift_is_visible_and_add_repairs_it(people):
     code, output = check(people)
     assert code == 1 and output.splitlines()[0] == "subscription 1 (PEOPLE I audit): trigger stale"
     assert len(output.splitlines()) == 3
+    as_json = Subs(people)("status", "--check", "--json")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout) == [
+        {
+            "sub_id": sub_id,
+            "table": "PEOPLE",
+            "action": action,
+            "tag": "audit",
+            "check": "capture",
+            "problem": "trigger stale",
+        }
+        for sub_id, action in ((1, "I"), (2, "U"), (3, "D"))
+    ]
     assert "trigger stale" in Subs(people).ok("list")
 
     assert "its capture trigger had drifted and was made again" in Subs(people).ok("add", "people", "IUD", "audit")
+    assert json.loads(Subs(people).ok("status", "--check", "--json")) == []
     assert check(people)[0] == 0
     execute(people, 'CREATE OR ALTER TRIGGER "SUBS$PEOPLE" FOR PEOPLE ACTIVE AFTER INSERT POSITION 32000 AS BEGIN END')
     assert "made the capture trigger of PEOPLE again" in Subs(people).ok("init")  # so does `subs init`

@@ -581,6 +581,10 @@ def test_status_shows_the_listeners_of_each_tag_and_check_names_a_lagging_subscr
         r"no listener takes tag rec",
         line,
     ), line
+    (problem,) = json.loads(subs("status", "--check", "--max-lag", "1", "--json").stdout)
+    text = problem.pop("problem")
+    assert problem == {"sub_id": 1, "table": "ITEMS", "action": "I", "tag": "rec", "check": "lag"}
+    assert re.fullmatch(r"its oldest live event is [\d.]+s old .*; no listener takes tag rec", text), text
     assert subs.ok("status", "--check", "--max-lag", "600").endswith("are captured, none lags over 10m\n")
 
     taking = [Listener(items, tmp_path, "--mode", "parallel", "--tag", "rec") for _ in range(2)]

@@ -69,24 +69,39 @@ def _print_status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"\nnote: {note}")
 
 
-def _check(ctx: click.Context, max_lag: float | None) -> None:
-    """One line per subscription whose capture drifted, or whose oldest live
-    event is older than ``max_lag`` seconds; exit 1 if any."""
+def _check(ctx: click.Context, max_lag: float | None, as_json: bool) -> None:
+    """One line (or JSON object) per subscription whose capture drifted, or
+    whose oldest live event is older than ``max_lag`` seconds; exit 1 if any."""
     status = read_status(app(ctx).settings)
     rows = status.subscriptions
-    found = [(row, row.capture) for row in drifted(rows)]
+    found = [(row, "capture", row.capture) for row in drifted(rows)]
     nobody = "no listener takes tag" if status.sees_every_attachment else "no listener of this user takes tag"
     if max_lag is not None:
         found += [
             (
                 row,
+                "lag",
                 f"its oldest live event is {describe_age(row.oldest_pending_age)} old (--max-lag "
                 f"{describe_age(max_lag)}); "
                 + (f"listening: {row.listening}" if row.listeners else f"{nobody} {row.tag}"),
             )
             for row in lagging(rows, max_lag)
         ]
-    for row, problem in found:
+    if as_json:
+        problems = [
+            {
+                "sub_id": row.sub_id,
+                "table": row.table,
+                "action": row.action,
+                "tag": row.tag,
+                "check": check,
+                "problem": text,
+            }
+            for row, check, text in found
+        ]
+        click.echo(dumps(problems, indent=2))
+        ctx.exit(1 if found else 0)
+    for row, _, problem in found:
         click.echo(f"subscription {row.sub_id} ({row.table} {row.action} {row.tag}): {problem}")
     if found:
         ctx.exit(1)
@@ -115,8 +130,10 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, check: bool, 
     take its tag."""
     if max_lag is not None and not check:
         raise click.UsageError("--max-lag is a limit for --check; add --check")
+    if check and watch is not None:
+        raise click.UsageError("--check looks once, for monitoring, and --watch keeps looking; drop one")
     if check:
-        _check(ctx, max_lag)
+        _check(ctx, max_lag, as_json)
         return
     if watch is None:
         _print_status(ctx, as_json)
