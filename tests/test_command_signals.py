@@ -38,11 +38,11 @@ WAITING_PURGE = (
 )
 
 
-def _start(settings, *args: str) -> subprocess.Popen[str]:
+def _start(settings, *args: str, program: tuple[str, ...] = ("-m", "subscriptions")) -> subprocess.Popen[str]:
     """`subs ARGS` as a terminal starts it: SIGINT not ignored."""
     with interrupt(signal.SIG_DFL):
         return subprocess.Popen(
-            [sys.executable, "-m", "subscriptions", "-d", settings.dsn, *args],
+            [sys.executable, *program, "-d", settings.dsn, *args],
             env={**os.environ, **credentials(settings)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -63,11 +63,44 @@ def test_a_stopped_purge_says_so_and_deletes_nothing(items, stop: signal.Signals
         wait_until(lambda: query(items, WAITING_PURGE) == [(1,)], what="the purge waiting for the held row")
         running.send_signal(stop)
         said, complained = running.communicate(timeout=60)
-    # On embedded Firebird 4, 3 runs of 10 beside a test that SIGSTOPs a
-    # claimer of another database (none of 20 alone): the engine held up by
-    # that process did not act on the stop before the lock wait ended.
-    if "another transaction has held rows this needs for over" in complained:
-        raise EngineWedged(f"the engine did not act on the stop within the purge's lock wait: {complained.strip()}")
+    assert (running.returncode, said, complained.strip()) == (1, "", STOPPED[stop])
+    assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(3,)]
+
+
+WITHOUT_THE_LIBRARYS_STOP = """
+import signal
+from subscriptions.cli import main
+from subscriptions.db import connection
+
+opened = connection.open_connection
+
+
+def open_without_the_librarys_stop(*args, **kwargs):
+    attached = opened(*args, **kwargs)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.getsignal(signum))
+    return attached
+
+
+connection.open_connection = open_without_the_librarys_stop
+main()
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_the_client_library_leaves_alone_still_ends_a_waiting_statement(items, stop: signal.Signals) -> None:
+    """The client library's shutdown on a stop did not always come: about one
+    SIGINT in eight left a purge waiting out its lock wait, then ended
+    without the engine (docs/FIREBIRD-BUGS.md, 13). Here the purge takes the
+    signals back from the library once attached, so its shutdown never comes;
+    the command shuts the engine down itself and says what a stop says."""
+    execute(items, *(f"INSERT INTO ITEMS VALUES ({key}, 'x')" for key in range(1, 4)))
+    execute(items, "UPDATE EVENT_LOG SET DEAD = TRUE, DEAD_AT = LOCALTIMESTAMP")
+    with uncommitted(items, "UPDATE EVENT_LOG SET ATTEMPTS = 6 WHERE EVENT_ID = (SELECT MAX(EVENT_ID) FROM EVENT_LOG)"):
+        running = _start(items, "purge", "--older-than", "0s", program=("-c", WITHOUT_THE_LIBRARYS_STOP))
+        wait_until(lambda: query(items, WAITING_PURGE) == [(1,)], what="the purge waiting for the held row")
+        running.send_signal(stop)
+        said, complained = running.communicate(timeout=60)
     assert (running.returncode, said, complained.strip()) == (1, "", STOPPED[stop])
     assert query(items, "SELECT COUNT(*) FROM EVENT_LOG WHERE DEAD") == [(3,)]
 

@@ -21,6 +21,13 @@ library's handler is in place (during the first attach) shut nothing
 down: ``requested()`` tells, and a command asks it once attached
 (``open_database``), `subs listen` before it serves.
 
+The library's shutdown does not always come: on embedded Firebird 4, about
+one SIGINT in eight left a purge waiting for a lock as if none had come (the
+library's shutdown thread was gone and the engine logged no shutdown;
+docs/FIREBIRD-BUGS.md, 13). So a command a stop has not ended within
+``LIBRARY_WAIT`` seconds shuts the engine down itself, as the library would
+have.
+
 The engine can hold a stop up for ever: a thread waiting inside it (for a
 lock of a process stopped or killed at the wrong moment, docs/OPERATIONS.md,
 "The embedded engine") runs no Python, so no handler of ours runs, and the
@@ -38,6 +45,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -48,6 +56,7 @@ from subscriptions.db import runtime
 from subscriptions.db.errors import is_connection_lost
 
 _DRIVER = "firebird."
+LIBRARY_WAIT = 1.0  # seconds a stop waits for the client library's shutdown of the engine
 ENGINE_WAIT = 5.0  # seconds a stop, and an exit, wait for the engine
 _received: list[int] = []  # the stop signals of this process, in order: signals are the process's
 
@@ -122,12 +131,23 @@ def stops_noted() -> Iterator[list[int]]:
 
 
 def _end_when_stuck(numbers: int, ours: frozenset[int], stop: object, ended: threading.Event) -> None:
-    """Thread: end the process once one of ``ours``, still handled by
-    ``stop``, has not ended the command within ENGINE_WAIT seconds."""
+    """Thread: once one of ``ours``, still handled by ``stop``, has not
+    ended the command within LIBRARY_WAIT seconds, shut the engine down; end
+    the process when that has not ended it within ENGINE_WAIT seconds."""
     with os.fdopen(numbers, "rb", buffering=0) as received:
         while arrived := received.read(64):
             stops = [signum for signum in arrived if signum in ours and signal.getsignal(signum) is stop]
-            if stops and not ended.wait(ENGINE_WAIT):
+            if not stops:
+                continue
+            deadline = time.monotonic() + ENGINE_WAIT
+
+            def remaining() -> float:
+                return max(0.0, deadline - time.monotonic())
+
+            if ended.wait(LIBRARY_WAIT):
+                return
+            runtime.shut_down(remaining())
+            if not ended.wait(remaining()):
                 stopped_by = signal.Signals(stops[0]).name
                 _end_without_engine(
                     f"Error: stopped by {stopped_by}, but {_STUCK}: what it had not committed is rolled back", 1
