@@ -70,7 +70,7 @@ def main() -> int:
         time.sleep(0.5)
         child.send_signal(stop)
         waited = child.stdout.readline()
-        if not waited:  # its stderr, else left out: the driver's objects freed after the shutdown complain
+        if not waited:  # stderr only then: after a shutdown the driver's objects print tracebacks at exit
             raise SystemExit(f"a run failed (exit {child.wait()}):\n{child.stderr.read()}")
         child.wait()
         ended["ended" if float(waited) < 3 else "waited on"] += 1

@@ -139,15 +139,11 @@ def _end_when_stuck(numbers: int, ours: frozenset[int], stop: object, ended: thr
             stops = [signum for signum in arrived if signum in ours and signal.getsignal(signum) is stop]
             if not stops:
                 continue
-            deadline = time.monotonic() + ENGINE_WAIT
-
-            def remaining() -> float:
-                return max(0.0, deadline - time.monotonic())
-
+            began = time.monotonic()
             if ended.wait(LIBRARY_WAIT):
                 return
-            runtime.shut_down(remaining())
-            if not ended.wait(remaining()):
+            runtime.shut_down(ENGINE_WAIT - LIBRARY_WAIT)
+            if not ended.wait(max(0.0, began + ENGINE_WAIT - time.monotonic())):
                 stopped_by = signal.Signals(stops[0]).name
                 _end_without_engine(
                     f"Error: stopped by {stopped_by}, but {_STUCK}: what it had not committed is rolled back", 1
