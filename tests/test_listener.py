@@ -867,7 +867,7 @@ def run(self):
     return 0
 
 worker.Worker.run = run
-context = multiprocessing.get_context("fork")
+context = multiprocessing.get_context("fork")  # the patched run carries over; the queue is the listener's kind
 reports = context.Queue()
 options = ListenOptions(settings=ConnectionSettings("unused.fdb"), workers=1, log_file=sys.argv[1])
 for _ in range(20):
